@@ -1,0 +1,487 @@
+"""The plan spec: parse and validate one planning request into frozen dataclasses.
+
+The format is `../shared/spec/PLAN_SPEC.md`; the CLI, the JSON API and the browser form all call `parse_spec`,
+so every tool reports the same field-named messages (`model.heads: must divide model.hidden (12288)`).
+
+Field metadata (type, bounds, unit, help) lives in one table per section (`SECTIONS`), which the web form
+reads too, so a bound or a help text is written once. Sizes are bounded so that no input can make the search
+hang or exhaust a worker: the search cost grows with the number of divisors of these numbers, never with
+their size, and the bounds keep even that small.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
+
+from .errors import FieldError, SpecError
+
+REQUIRED = object()  # sentinel: the field has no default
+
+PRECISIONS = ("bf16", "fp16", "fp8")
+RECOMPUTE = ("none", "selective", "full")
+TOPOLOGIES = ("fat_tree", "rail_optimized", "dragonfly", "torus")
+FABRIC_KINDS = ("infiniband", "roce", "ethernet", "efa")
+# Rank orders, innermost first. TP is always innermost (it must stay inside an NVLink domain); the two orders
+# that matter differ in whether DP or PP gets the nearer GPUs (the same leaf switch or rail group).
+RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One spec field: its type, default, bounds, unit and help text (shown by the form)."""
+
+    name: str
+    kind: type
+    default: Any = REQUIRED
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple[str, ...] | None = None
+    unit: str = ""
+    help: str = ""
+
+
+MODEL_FIELDS = (
+    Field("name", str, "custom model", help="Free text, shown on the plan page."),
+    Field("layers", int, lo=1, hi=2048, help="Transformer blocks."),
+    Field("hidden", int, lo=1, hi=262_144, help="Model (embedding) width h."),
+    Field("heads", int, lo=1, hi=4096, help="Attention (query) heads; must divide hidden."),
+    Field("kv_heads", int, None, lo=1, hi=4096,
+          help="Key/value heads (fewer than heads = grouped-query attention). Default: heads."),
+    Field("ffn_hidden", int, None, lo=1, hi=1_048_576, help="MLP inner width. Default: 4 x hidden."),
+    Field("gated_mlp", bool, False, help="SwiGLU-style MLP with three matrices (Llama)."),
+    Field("vocab", int, lo=1, hi=8_388_608, help="Vocabulary size."),
+    Field("seq_len", int, lo=1, hi=16_777_216, unit="tokens", help="Training sequence length."),
+    Field("experts", int, 1, lo=1, hi=8192, help="Mixture of experts: routed experts per MoE layer (1 = dense)."),
+    Field("top_k", int, 1, lo=1, hi=8192, help="Routed experts each token visits."),
+    Field("expert_ffn_hidden", int, None, lo=1, hi=1_048_576,
+          help="MLP inner width of one expert. Default: ffn_hidden."),
+    Field("shared_experts", int, 0, lo=0, hi=64, help="Always-active shared experts per MoE layer (DeepSeek)."),
+    Field("dense_layers", int, 0, lo=0, hi=2048, help="Leading layers with a dense MLP in an MoE model."),
+    Field("tied_embeddings", bool, False, help="Input and output embeddings share one matrix."),
+)
+
+TRAINING_FIELDS = (
+    Field("global_batch", int, lo=1, hi=16_777_216, unit="sequences", help="Sequences per optimizer step."),
+    Field("precision", str, "bf16", choices=PRECISIONS,
+          help="Matrix-multiply precision: bf16/fp16, or fp8 (Transformer Engine style, bf16 elsewhere)."),
+    Field("tokens", float, None, lo=0, hi=1e16, unit="tokens",
+          help="Tokens to train, for time to train and GPU-hours."),
+)
+
+GPU_FIELDS = (
+    Field("name", str, "custom GPU"),
+    Field("peak_tflops", float, lo=0.001, hi=1e6, unit="TFLOP/s", help="Dense BF16 tensor-core peak."),
+    Field("memory_gib", float, lo=0.001, hi=1e5, unit="GiB", help="HBM capacity."),
+    Field("memory_gbytes_per_s", float, lo=0.001, hi=1e6, unit="GB/s", help="HBM bandwidth."),
+    Field("fp8_tflops", float, None, lo=0, hi=1e6, unit="TFLOP/s",
+          help="Dense FP8 tensor-core peak; 0 or empty = no FP8 support."),
+    Field("sm_count", int, 132, lo=1, hi=10_000,
+          help="Streaming multiprocessors, for GEMM wave quantization (A100 108, H100 132, B200 148)."),
+)
+
+NODE_FIELDS = (
+    Field("name", str, "custom node"),
+    Field("gpus", int, lo=1, hi=1024, help="GPUs per node (per server or compute tray)."),
+    Field("nvlink_domain_gpus", int, None, lo=1, hi=65_536,
+          help="GPUs in one NVLink domain; may span nodes (GB200 NVL72: 72). Default: gpus."),
+    Field("nvlink_gbytes_per_s", float, lo=0.001, hi=1e5, unit="GB/s",
+          help="Scale-up bandwidth per GPU, bidirectional as vendors quote it (H100 NVLink 4: 900)."),
+    Field("nics", int, lo=0, hi=64, help="Scale-out NICs (ports) per node for compute traffic."),
+    Field("nic_gbits_per_s", float, lo=0.001, hi=1e5, unit="Gb/s", help="Bandwidth of one NIC port."),
+    Field("nvlink_sharp", bool, False,
+          help="NVSwitch in-network reduction (NVLS) for all-reduce inside the NVLink domain (H100 and later)."),
+)
+
+FABRIC_FIELDS = (
+    Field("name", str, "custom fabric"),
+    Field("topology", str, "fat_tree", choices=TOPOLOGIES),
+    Field("latency_us", float, 1.0, lo=0.01, hi=10_000, unit="µs",
+          help="One-way end-to-end latency (InfiniBand ~1, RoCE a few, TCP Ethernet 10-50)."),
+    Field("oversubscription", float, 1.0, lo=1.0, hi=64.0,
+          help="Leaf downlink to uplink bandwidth ratio (1 = full bisection); the global-link taper on a dragonfly."),
+    Field("kind", str, "infiniband", choices=FABRIC_KINDS, help="Link technology."),
+    Field("link_gbits_per_s", float, None, lo=0.001, hi=1e5, unit="Gb/s",
+          help="Port speed of the fabric (HDR 200, NDR 400, XDR 800); a faster NIC runs at this speed. "
+               "Default: the node's NIC speed."),
+    Field("switch_radix", int, 64, lo=4, hi=2048, help="Ports per switch (NDR Quantum-2: 64)."),
+    Field("pod_gpus", int, None, lo=1, hi=1_048_576,
+          help="GPUs per full-bisection pod above the leaves (Llama 3: 3072); empty = one pod."),
+    Field("pod_oversubscription", float, 1.0, lo=1.0, hi=64.0,
+          help="Bandwidth taper between pods (Llama 3: 7)."),
+    Field("group_gpus", int, None, lo=1, hi=1_048_576,
+          help="Dragonfly: GPUs per group. Torus: ignored. Default: as many as one pod of switches holds."),
+)
+
+LAYOUT_FIELDS = (
+    Field("tp", int, None, lo=1, hi=65_536, help="Tensor-parallel degree (inside one NVLink domain)."),
+    Field("pp", int, None, lo=1, hi=2048, help="Pipeline-parallel stages."),
+    Field("dp", int, None, lo=1, hi=1_048_576, help="Data-parallel replicas."),
+    Field("cp", int, None, lo=1, hi=65_536, help="Context-parallel degree (splits the sequence)."),
+    Field("ep", int, None, lo=1, hi=8192, help="Expert-parallel degree (MoE), carved out of DP."),
+    Field("micro_batch", int, None, lo=1, hi=16_777_216, unit="sequences", help="Sequences per micro-batch."),
+    Field("vpp", int, None, lo=1, hi=2048, help="Virtual pipeline stages per GPU (interleaved 1F1B)."),
+    Field("recompute", str, None, choices=RECOMPUTE, help="Activation recomputation."),
+    Field("sequence_parallel", bool, None, help="Megatron sequence parallelism (needs tp > 1)."),
+    Field("zero", int, None, lo=0, hi=3, help="ZeRO stage: 0 plain DP, 1 distributed optimizer, 2, 3 (FSDP)."),
+    Field("rank_order", str, None, choices=RANK_ORDERS, help="Rank order, innermost first."),
+)
+
+SECTIONS: dict[str, tuple[Field, ...]] = {
+    "model": MODEL_FIELDS,
+    "training": TRAINING_FIELDS,
+    "cluster.gpu": GPU_FIELDS,
+    "cluster.node": NODE_FIELDS,
+    "cluster.fabric": FABRIC_FIELDS,
+    "layout": LAYOUT_FIELDS,
+}
+
+MAX_GPUS = 1_048_576
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn_hidden: int
+    gated_mlp: bool
+    vocab: int
+    seq_len: int
+    experts: int
+    top_k: int
+    expert_ffn_hidden: int
+    shared_experts: int
+    dense_layers: int
+    tied_embeddings: bool
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 1
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    global_batch: int
+    precision: str
+    tokens: float | None
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    name: str
+    peak_tflops: float
+    memory_gib: float
+    memory_gbytes_per_s: float
+    fp8_tflops: float | None
+    sm_count: int
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    gpus: int
+    nvlink_domain_gpus: int
+    nvlink_gbytes_per_s: float
+    nics: int
+    nic_gbits_per_s: float
+    nvlink_sharp: bool
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    name: str
+    topology: str
+    latency_us: float
+    oversubscription: float
+    kind: str
+    link_gbits_per_s: float | None
+    switch_radix: int
+    pod_gpus: int | None
+    pod_oversubscription: float
+    group_gpus: int | None
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    num_gpus: int
+    gpu: GPUSpec
+    node: NodeSpec
+    fabric: FabricSpec
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, self.num_gpus // self.node.gpus)
+
+
+@dataclass(frozen=True)
+class LayoutSpec:
+    """Pinned layout fields; None means "search this axis"."""
+
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    micro_batch: int | None = None
+    vpp: int | None = None
+    recompute: str | None = None
+    sequence_parallel: bool | None = None
+    zero: int | None = None
+    rank_order: str | None = None
+
+    def pinned(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    model: ModelSpec
+    training: TrainingSpec
+    cluster: ClusterSpec
+    layout: LayoutSpec = field(default_factory=LayoutSpec)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Canonical plain-JSON form: every default filled in, catalog names expanded."""
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Parsing
+
+
+class _Collector:
+    """Gathers FieldErrors so one pass reports every problem, not just the first."""
+
+    def __init__(self) -> None:
+        self.errors: list[FieldError] = []
+
+    def add(self, field_path: str, message: str) -> None:
+        self.errors.append(FieldError(field_path, message))
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            raise SpecError(self.errors)
+
+
+def _coerce(f: Field, value: Any, path: str, errs: _Collector) -> Any:
+    """Convert one JSON value to the field's type and check its bounds; None on error."""
+    if value is None:
+        if f.default is REQUIRED:
+            errs.add(path, "is required")
+        return None
+    if f.kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        errs.add(path, f"must be true or false, not {value!r}")
+        return None
+    if f.kind is str:
+        if not isinstance(value, str):
+            errs.add(path, f"must be a string, not {type(value).__name__}")
+            return None
+        value = value.strip()
+        if f.choices and value not in f.choices:
+            errs.add(path, f"must be one of {', '.join(f.choices)} (got {value[:40]!r})")
+            return None
+        if len(value) > 200:
+            errs.add(path, "must be at most 200 characters")
+            return None
+        return value
+    number = _as_number(value)
+    if number is None:
+        errs.add(path, f"must be a number, not {_describe(value)}")
+        return None
+    if f.kind is int:
+        if number != math.floor(number):
+            errs.add(path, f"must be a whole number (got {number:g})")
+            return None
+        number = int(number)
+    if f.lo is not None and number < f.lo:
+        errs.add(path, f"must be at least {f.lo:g}" + (f" {f.unit}" if f.unit else "") + f" (got {number:g})")
+        return None
+    if f.hi is not None and number > f.hi:
+        errs.add(path, f"must be at most {f.hi:g}" + (f" {f.unit}" if f.unit else "") + f" (got {number:g})")
+        return None
+    return number
+
+
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return None
+        return number if math.isfinite(number) else None
+    return None
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value[:40])
+    return type(value).__name__
+
+
+def _section(data: Any, path: str, spec_fields: tuple[Field, ...], errs: _Collector) -> dict[str, Any] | None:
+    """Coerce one JSON object against its field table; unknown keys are errors (they are usually typos)."""
+    if not isinstance(data, Mapping):
+        errs.add(path, f"must be an object, not {_describe(data)}")
+        return None
+    known = {f.name for f in spec_fields}
+    for key in data:
+        if key not in known:
+            errs.add(f"{path}.{key}", f"unknown field (known: {', '.join(sorted(known))})")
+    out: dict[str, Any] = {}
+    for f in spec_fields:
+        raw = data.get(f.name)
+        if raw == "" and f.kind is not str:
+            raw = None  # an empty form field means "not given"
+        value = _coerce(f, raw, f"{path}.{f.name}", errs)
+        out[f.name] = f.default if value is None and f.default is not REQUIRED else value
+    return out
+
+
+def _hardware(data: Any, path: str, spec_fields: tuple[Field, ...], table: Mapping[str, Mapping] | None,
+              errs: _Collector) -> dict[str, Any] | None:
+    """A hardware entry is either an inline object or the name of a catalog entry."""
+    if isinstance(data, str):
+        entry = (table or {}).get(data.strip())
+        if entry is None:
+            names = sorted(table or {})
+            hint = f" (known: {', '.join(names[:20])})" if names else " (no catalog available)"
+            errs.add(path, f"unknown catalog name {data[:60]!r}{hint}")
+            return None
+        data = entry
+    return _section(data, path, spec_fields, errs)
+
+
+def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = None) -> PlanSpec:
+    """Validate a spec document (already JSON-decoded) and return it as frozen dataclasses.
+
+    `catalog` maps "gpu", "node" and "fabric" to {name: fields}; it resolves hardware given by name.
+    Raises SpecError listing every problem, each naming its field.
+    """
+    errs = _Collector()
+    if not isinstance(data, Mapping):
+        errs.add("spec", f"must be a JSON object, not {_describe(data)}")
+        errs.raise_if_any()
+    for key in data:
+        if key not in ("model", "training", "cluster", "layout"):
+            errs.add(key, "unknown section (known: model, training, cluster, layout)")
+    model = _section(data.get("model"), "model", MODEL_FIELDS, errs)
+    training = _section(data.get("training"), "training", TRAINING_FIELDS, errs)
+    layout = _section(data.get("layout") or {}, "layout", LAYOUT_FIELDS, errs)
+    cluster_data = data.get("cluster")
+    gpu = node = fabric = None
+    num_gpus = None
+    if not isinstance(cluster_data, Mapping):
+        errs.add("cluster", "is required" if cluster_data is None else "must be an object")
+    else:
+        for key in cluster_data:
+            if key not in ("num_gpus", "gpu", "node", "fabric"):
+                errs.add(f"cluster.{key}", "unknown field (known: fabric, gpu, node, num_gpus)")
+        num_gpus = _coerce(Field("num_gpus", int, lo=1, hi=MAX_GPUS), cluster_data.get("num_gpus"),
+                           "cluster.num_gpus", errs)
+        cat = catalog or {}
+        gpu = _hardware(cluster_data.get("gpu"), "cluster.gpu", GPU_FIELDS, cat.get("gpu"), errs)
+        node = _hardware(cluster_data.get("node"), "cluster.node", NODE_FIELDS, cat.get("node"), errs)
+        fabric = _hardware(cluster_data.get("fabric"), "cluster.fabric", FABRIC_FIELDS, cat.get("fabric"), errs)
+    errs.raise_if_any()  # cross-field rules below need every field present and typed
+
+    _fill_model_defaults(model)
+    node["nvlink_domain_gpus"] = node["nvlink_domain_gpus"] or node["gpus"]
+    _check_model(model, errs)
+    _check_cluster(num_gpus, gpu, node, fabric, training, errs)
+    _check_layout(layout, num_gpus, model, training, errs)
+    errs.raise_if_any()
+    return PlanSpec(
+        model=ModelSpec(**model),
+        training=TrainingSpec(**training),
+        cluster=ClusterSpec(num_gpus=num_gpus, gpu=GPUSpec(**gpu), node=NodeSpec(**node),
+                            fabric=FabricSpec(**fabric)),
+        layout=LayoutSpec(**layout),
+    )
+
+
+def _fill_model_defaults(m: dict[str, Any]) -> None:
+    m["kv_heads"] = m["kv_heads"] or m["heads"]
+    m["ffn_hidden"] = m["ffn_hidden"] or 4 * m["hidden"]
+    m["expert_ffn_hidden"] = m["expert_ffn_hidden"] or m["ffn_hidden"]
+
+
+def _check_model(m: dict[str, Any], errs: _Collector) -> None:
+    if m["hidden"] % m["heads"]:
+        errs.add("model.heads", f"must divide model.hidden ({m['hidden']})")
+    if m["kv_heads"] > m["heads"] or m["heads"] % m["kv_heads"]:
+        errs.add("model.kv_heads", f"must divide model.heads ({m['heads']})")
+    if m["top_k"] > m["experts"]:
+        errs.add("model.top_k", f"must be at most model.experts ({m['experts']})")
+    if m["experts"] == 1 and (m["shared_experts"] or m["dense_layers"]):
+        errs.add("model.experts", "shared_experts and dense_layers need an MoE model (experts > 1)")
+    if m["dense_layers"] >= m["layers"] and m["experts"] > 1:
+        errs.add("model.dense_layers", f"must be less than model.layers ({m['layers']})")
+
+
+def _check_cluster(num_gpus: int, gpu: dict, node: dict, fabric: dict, training: dict, errs: _Collector) -> None:
+    per_node = node["gpus"]
+    if num_gpus % per_node and per_node % num_gpus:
+        errs.add("cluster.num_gpus",
+                 f"must be a positive multiple of node.gpus ({per_node}), or a divisor of it for part of one node")
+    domain = node["nvlink_domain_gpus"]
+    if domain % per_node and per_node % domain:
+        errs.add("cluster.node.nvlink_domain_gpus",
+                 f"must be a multiple of node.gpus ({per_node}) or divide it")
+    if num_gpus > per_node and node["nics"] < 1:
+        errs.add("cluster.node.nics", "must be at least 1 when the cluster has more than one node")
+    if training["precision"] == "fp8" and not gpu["fp8_tflops"]:
+        errs.add("training.precision", f"fp8 needs a GPU with FP8 tensor cores; cluster.gpu.fp8_tflops "
+                                       f"is not set for {gpu['name']!r}")
+    for key in ("pod_gpus", "group_gpus"):
+        size = fabric[key]
+        if size is not None and size % per_node:
+            errs.add(f"cluster.fabric.{key}", f"must be a multiple of node.gpus ({per_node})")
+
+
+def _check_layout(lay: dict[str, Any], num_gpus: int, m: dict[str, Any], t: dict[str, Any],
+                  errs: _Collector) -> None:
+    """Pins that contradict the GPU count or the batch are spec errors; pins that do not fit the model or the
+    hardware (TP across an NVLink domain, out of memory) are rejections the search reports."""
+    axes = [a for a in ("tp", "cp", "pp", "dp") if lay[a] is not None]
+    product = math.prod(lay[a] for a in axes)
+    if axes and num_gpus % product:
+        names = "·".join(axes)
+        errs.add(f"layout.{axes[-1]}", f"{names} = {product} must divide cluster.num_gpus ({num_gpus})")
+    elif len(axes) == 4 and product != num_gpus:
+        errs.add("layout.dp", f"tp·cp·pp·dp = {product} must equal cluster.num_gpus ({num_gpus})")
+    if lay["dp"] is not None and t["global_batch"] % lay["dp"]:
+        errs.add("layout.dp", f"must divide training.global_batch ({t['global_batch']})")
+    if lay["micro_batch"] is not None and lay["micro_batch"] > t["global_batch"]:
+        errs.add("layout.micro_batch", f"must be at most training.global_batch ({t['global_batch']})")
+    if lay["ep"] is not None and lay["ep"] > m["experts"]:
+        errs.add("layout.ep", f"must be at most model.experts ({m['experts']})")
+    if lay["pp"] is not None and lay["pp"] > m["layers"]:
+        errs.add("layout.pp", f"must be at most model.layers ({m['layers']})")
+
+
+def spec_fields() -> dict[str, tuple[Field, ...]]:
+    """Field tables by section, for forms and documentation."""
+    return dict(SECTIONS)
+
+
+def dataclass_field_names(cls: type) -> list[str]:
+    return [f.name for f in fields(cls)]
