@@ -22,6 +22,7 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
 TOPOLOGIES = ("fat_tree", "rail_optimized", "dragonfly", "torus")
 FABRIC_KINDS = ("infiniband", "roce", "ethernet", "efa")
+ATTENTION_KERNELS = ("flash", "unfused")
 # Rank orders, innermost first. TP is always innermost (it must stay inside an NVLink domain); the two orders
 # that matter differ in whether DP or PP gets the nearer GPUs (the same leaf switch or rail group).
 RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
@@ -67,6 +68,9 @@ TRAINING_FIELDS = (
           help="Matrix-multiply precision: bf16/fp16, or fp8 (Transformer Engine style, bf16 elsewhere)."),
     Field("tokens", float, None, lo=0, hi=1e16, unit="tokens",
           help="Tokens to train, for time to train and GPU-hours."),
+    Field("attention", str, "flash", choices=ATTENTION_KERNELS,
+          help="Attention kernel: flash (fused, causal, no s x s matrix in memory) or unfused "
+               "(Megatron before FlashAttention, 2022)."),
 )
 
 GPU_FIELDS = (
@@ -75,7 +79,7 @@ GPU_FIELDS = (
     Field("memory_gib", float, lo=0.001, hi=1e5, unit="GiB", help="HBM capacity."),
     Field("memory_gbytes_per_s", float, lo=0.001, hi=1e6, unit="GB/s", help="HBM bandwidth."),
     Field("fp8_tflops", float, None, lo=0, hi=1e6, unit="TFLOP/s",
-          help="Dense FP8 tensor-core peak; 0 or empty = no FP8 support."),
+          help="Dense FP8 tensor-core peak; empty = 2 x peak_tflops (Hopper and later), 0 = no FP8."),
     Field("sm_count", int, 132, lo=1, hi=10_000,
           help="Streaming multiprocessors, for GEMM wave quantization (A100 108, H100 132, B200 148)."),
 )
@@ -175,6 +179,7 @@ class TrainingSpec:
     global_batch: int
     precision: str
     tokens: float | None
+    attention: str
 
 
 @dataclass(frozen=True)
@@ -185,6 +190,11 @@ class GPUSpec:
     memory_gbytes_per_s: float
     fp8_tflops: float | None
     sm_count: int
+
+    @property
+    def fp8_peak_tflops(self) -> float:
+        """Dense FP8 peak: as given, else twice the BF16 peak (Hopper, Ada, Blackwell tensor cores)."""
+        return 2.0 * self.peak_tflops if self.fp8_tflops is None else self.fp8_tflops
 
 
 @dataclass(frozen=True)
@@ -358,7 +368,8 @@ def _section(data: Any, path: str, spec_fields: tuple[Field, ...], errs: _Collec
 
 def _hardware(data: Any, path: str, spec_fields: tuple[Field, ...], table: Mapping[str, Mapping] | None,
               errs: _Collector) -> dict[str, Any] | None:
-    """A hardware entry is either an inline object or the name of a catalog entry."""
+    """A hardware entry is either the name of a catalog entry or an inline object; an inline object whose name
+    is in the catalog inherits the fields it leaves out (e.g. sm_count) from that entry."""
     if isinstance(data, str):
         entry = (table or {}).get(data.strip())
         if entry is None:
@@ -367,6 +378,8 @@ def _hardware(data: Any, path: str, spec_fields: tuple[Field, ...], table: Mappi
             errs.add(path, f"unknown catalog name {data[:60]!r}{hint}")
             return None
         data = entry
+    elif isinstance(data, Mapping) and isinstance(data.get("name"), str) and data["name"].strip() in (table or {}):
+        data = {**table[data["name"].strip()], **{k: v for k, v in data.items() if v is not None}}
     return _section(data, path, spec_fields, errs)
 
 
@@ -448,9 +461,9 @@ def _check_cluster(num_gpus: int, gpu: dict, node: dict, fabric: dict, training:
                  f"must be a multiple of node.gpus ({per_node}) or divide it")
     if num_gpus > per_node and node["nics"] < 1:
         errs.add("cluster.node.nics", "must be at least 1 when the cluster has more than one node")
-    if training["precision"] == "fp8" and not gpu["fp8_tflops"]:
-        errs.add("training.precision", f"fp8 needs a GPU with FP8 tensor cores; cluster.gpu.fp8_tflops "
-                                       f"is not set for {gpu['name']!r}")
+    if training["precision"] == "fp8" and gpu["fp8_tflops"] == 0:
+        errs.add("training.precision", f"fp8 needs a GPU with FP8 tensor cores, and {gpu['name']!r} has none "
+                                       f"(cluster.gpu.fp8_tflops is 0)")
     for key in ("pod_gpus", "group_gpus"):
         size = fabric[key]
         if size is not None and size % per_node:
