@@ -1,0 +1,202 @@
+"""Compute time of one transformer layer on one GPU, vectorised over layout candidates.
+
+Nothing here is a constant rate. Each GEMM is timed from its per-GPU shape after the TP/CP/EP split: a
+roofline of tensor-core throughput (with tile and wave quantization over the GPU's SMs and a short-K
+penalty) against HBM traffic. Attention is FlashAttention-style (causal, at its own efficiency) or unfused
+batched GEMMs plus a memory-bound softmax. Norms, activations, dropout and residual adds are timed from the
+bytes they stream through HBM. Precision changes the GEMM peak (FP8) and adds the FP8 cast traffic.
+
+All functions take numpy arrays of equal shape (one entry per candidate) and return seconds per micro-batch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import constants as C
+from .model import is_gpt_style, kv_dim
+from .spec import GPUSpec, ModelSpec, TrainingSpec
+
+TILES = ((128, 128), (128, 256), (256, 128))  # output tiles cuBLAS chooses among (CUTLASS defaults)
+
+
+def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bool = False) -> np.ndarray:
+    """Seconds for one (m x k) @ (k x n) GEMM.
+
+    Roofline: max(compute, memory) + fixed kernel cost. Compute runs at peak x GEMM_EFFICIENCY x tile
+    utilisation x K / (K + K_HALF); tile utilisation counts padding of partial tiles and the last partial wave
+    over the SMs (NVIDIA, "Matrix Multiplication Background User's Guide": tile and wave quantization), taking
+    the best of the usual tile shapes. Memory moves both inputs once (1-byte FP8 or 2-byte) and a 2-byte output.
+    """
+    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+    peak = (gpu.fp8_peak_tflops * C.FP8_GEMM_RELATIVE_EFFICIENCY if fp8 else gpu.peak_tflops) * 1e12
+    sms = gpu.sm_count
+    util = np.zeros(np.broadcast(m, n, k).shape)
+    for tm, tn in TILES:
+        tiles = np.ceil(m / tm) * np.ceil(n / tn)
+        waves = np.ceil(tiles / sms)
+        util = np.maximum(util, (m * n) / (waves * sms * tm * tn))
+    k_eff = k / (k + C.GEMM_K_HALF)
+    t_compute = 2.0 * m * n * k / (peak * C.GEMM_EFFICIENCY * util * k_eff)
+    in_bytes = 1.0 if fp8 else 2.0
+    t_memory = ((m * k + k * n) * in_bytes + 2.0 * m * n) / hbm_bytes_per_s(gpu)
+    return np.maximum(t_compute, t_memory) + C.KERNEL_OVERHEAD_S
+
+
+def hbm_bytes_per_s(gpu: GPUSpec) -> float:
+    """Achievable HBM bandwidth, bytes/s (GB/s x 1e9 x streaming efficiency)."""
+    return gpu.memory_gbytes_per_s * 1e9 * C.HBM_EFFICIENCY
+
+
+def gemm_fwd_bwd(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bool
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Forward (m,n,k) and backward: data gradient (m,k,n) + weight gradient (k,n,m)."""
+    fwd = gemm_time(m, n, k, gpu, fp8)
+    bwd = gemm_time(m, k, n, gpu, fp8) + gemm_time(k, n, m, gpu, fp8)
+    return fwd, bwd
+
+
+@dataclass(frozen=True)
+class Shard:
+    """How one candidate splits a layer's work across GPUs (arrays over candidates)."""
+
+    tp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    micro_batch: np.ndarray
+    sp: np.ndarray          # bool: sequence parallelism
+
+    def tokens(self, m: ModelSpec) -> np.ndarray:
+        """Tokens of one micro-batch on one GPU for the GEMMs (CP splits the sequence; SP regathers for GEMMs)."""
+        return self.micro_batch * m.seq_len / self.cp
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Seconds per micro-batch on one GPU (arrays over candidates)."""
+
+    fwd: np.ndarray          # one transformer layer (average over dense and MoE layers), forward
+    bwd: np.ndarray          # its backward
+    attention_fwd: np.ndarray  # the attention core's forward (what selective recomputation repeats)
+    logits_fwd: np.ndarray   # output projection + loss, on the last stage
+    logits_bwd: np.ndarray
+
+
+def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard) -> LayerTimes:
+    fp8 = training.precision == "fp8"
+    tp, t = shard.tp, shard.tokens(m)
+    h, kvd = m.hidden, kv_dim(m)
+    up = 2 if m.gated_mlp else 1
+    qkv = gemm_fwd_bwd(t, (h + 2 * kvd) / tp, h, gpu, fp8)
+    proj = gemm_fwd_bwd(t, h, h / tp, gpu, fp8)
+    attn_f, attn_b = attention_times(m, gpu, training, shard)
+    dense_f, dense_b = _mlp_times(t, m.ffn_hidden / tp, h, up, gpu, fp8)
+    mlp_f, mlp_b = dense_f, dense_b
+    if m.is_moe:
+        moe_f, moe_b = _moe_mlp_times(m, gpu, fp8, shard)
+        dense_n, moe_n = m.layers - m.moe_layers, m.moe_layers
+        mlp_f = (dense_n * dense_f + moe_n * moe_f) / m.layers
+        mlp_b = (dense_n * dense_b + moe_n * moe_b) / m.layers
+    mem_f = elementwise_bytes(m, training, shard) * t / hbm_bytes_per_s(gpu)
+    launches = C.KERNELS_PER_LAYER_FORWARD * C.KERNEL_OVERHEAD_S
+    fwd = qkv[0] + proj[0] + attn_f + mlp_f + mem_f + launches
+    bwd = qkv[1] + proj[1] + attn_b + mlp_b + 2.0 * mem_f + 2.0 * launches
+    logits_f, logits_b = gemm_fwd_bwd(t, m.vocab / tp, h, gpu, fp8)
+    # Vocab-parallel cross-entropy in fp32 (Megatron): ~3 passes over the logits forward (max, exp-sum, loss),
+    # ~2.5 backward, 4 bytes each.
+    loss_bytes = t * m.vocab / tp * 4.0
+    logits_f = logits_f + 3.0 * loss_bytes / hbm_bytes_per_s(gpu)
+    logits_b = logits_b + 2.5 * loss_bytes / hbm_bytes_per_s(gpu)
+    return LayerTimes(fwd, bwd, attn_f, logits_f, logits_b)
+
+
+def _mlp_times(t: np.ndarray, width: np.ndarray, h: int, up: int, gpu: GPUSpec, fp8: bool
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """A (TP-split) MLP: up (gate and up fused when gated) then down."""
+    f_up = gemm_fwd_bwd(t, up * width, h, gpu, fp8)
+    f_down = gemm_fwd_bwd(t, h, width, gpu, fp8)
+    return f_up[0] + f_down[0], f_up[1] + f_down[1]
+
+
+def _moe_mlp_times(m: ModelSpec, gpu: GPUSpec, fp8: bool, shard: Shard) -> tuple[np.ndarray, np.ndarray]:
+    """Routed experts hold whole (not TP-split) weights, as Megatron-Core's expert tensor parallel size 1;
+    the layer's tokens are split over TP ranks (sequence parallel) and routed across the EP group, so with
+    balanced routing each of the E/ep local experts sees tokens x top_k x ep / E rows (Lepikhin et al. 2020)."""
+    up = 2 if m.gated_mlp else 1
+    h, fe = m.hidden, m.expert_ffn_hidden
+    tokens = shard.tokens(m) / shard.tp
+    rows = np.maximum(1.0, tokens * m.top_k * shard.ep / m.experts)
+    local_experts = m.experts / shard.ep
+    e_up = gemm_fwd_bwd(rows, up * fe, h, gpu, fp8)
+    e_down = gemm_fwd_bwd(rows, h, fe, gpu, fp8)
+    router = gemm_fwd_bwd(shard.tokens(m), m.experts, h, gpu, False)
+    fwd = local_experts * (e_up[0] + e_down[0]) + router[0]
+    bwd = local_experts * (e_up[1] + e_down[1]) + router[1]
+    if m.shared_experts:
+        s_f, s_b = _mlp_times(shard.tokens(m), m.shared_experts * fe / shard.tp, h, up, gpu, fp8)
+        fwd, bwd = fwd + s_f, bwd + s_b
+    return fwd, bwd
+
+
+def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Attention core (scores, softmax, values) per micro-batch on one GPU, forward and backward.
+
+    CP ranks each hold s/cp queries against all s keys (ring attention, load-balanced causal chunks).
+    """
+    t, heads = shard.tokens(m), m.heads / shard.tp
+    if training.attention == "flash":
+        # 4 s h FLOPs per query token over the square (model.flops_per_token), half of it under the causal mask.
+        flops = 4.0 * t * m.seq_len * (m.hidden / shard.tp) * C.CAUSAL_FRACTION
+        fwd = flops / (gpu.peak_tflops * 1e12 * C.FLASH_ATTENTION_EFFICIENCY) + C.KERNEL_OVERHEAD_S
+        return fwd, C.FLASH_BACKWARD_FACTOR * fwd
+    # Unfused (Megatron 2020-21): batched GEMMs QK^T (s_q x s, K = head_dim) and PV (s_q x head_dim, K = s)
+    # over micro_batch x heads/tp, plus fused scale-mask-softmax and dropout streaming the s x s scores.
+    d = m.head_dim
+    rows = t * heads
+    scores = gemm_fwd_bwd(rows, m.seq_len, d, gpu, False)
+    values = gemm_fwd_bwd(rows, d, m.seq_len, gpu, False)
+    dropout = is_gpt_style(m)
+    # Bytes per score element, forward: softmax reads and writes 2-byte scores (4); dropout reads, writes and
+    # stores a 1-byte mask (5). Backward streams about twice as much.
+    softmax_bytes = rows * m.seq_len * (4.0 + (5.0 if dropout else 0.0))
+    soft_t = softmax_bytes / hbm_bytes_per_s(gpu)
+    return scores[0] + values[0] + soft_t, scores[1] + values[1] + 2.0 * soft_t
+
+
+def elementwise_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> np.ndarray:
+    """HBM bytes per token of one layer's memory-bound kernels, forward (backward streams about twice this).
+
+    Counted from Megatron's fused kernels, 2-byte elements: each norm reads and writes h; a bias-dropout-add
+    reads 2h, writes h and a 1-byte mask (3.5h; a plain residual add 3h); the activation reads and writes
+    the MLP width (GeLU 2f, SwiGLU 3f); rotary embedding rewrites Q and K. The h-wide work is repeated on every
+    TP rank unless sequence parallelism splits it (Korthikanti et al. 2022, sec. 4.2.2).
+    """
+    h, tp = m.hidden, shard.tp
+    gpt = is_gpt_style(m)
+    h_elems = (2 + 2 + 2 * (3.5 if gpt else 3.0)) * h
+    h_elems = np.where(shard.sp, h_elems / tp, h_elems)
+    f = m.ffn_hidden if not m.is_moe else _avg_mlp_width(m)
+    split_elems = (2.0 if gpt else 3.0) * f / tp
+    if not gpt:
+        split_elems = split_elems + 2.0 * (h + kv_dim(m)) / tp           # rotary on Q and K
+    if m.is_moe:
+        split_elems = split_elems + 4.0 * m.top_k * h / tp * m.moe_layers / m.layers  # dispatch + combine copies
+    total = 2.0 * (h_elems + split_elems)
+    if training.precision == "fp8":
+        # Transformer Engine casts each GEMM input to FP8: read 2 bytes, write 1 (qkv and MLP inputs h wide,
+        # projection and down inputs h/tp and f/tp wide).
+        total = total + 3.0 * (2 * h + h / tp + f / tp)
+    return total
+
+
+def _avg_mlp_width(m: ModelSpec) -> float:
+    """Per-token MLP width averaged over dense and MoE layers (active experts only), for memory traffic."""
+    moe = (m.top_k + m.shared_experts) * m.expert_ffn_hidden
+    return ((m.layers - m.moe_layers) * m.ffn_hidden + m.moe_layers * moe) / m.layers
+
+
+def optimizer_time(params_on_gpu: np.ndarray, gpu: GPUSpec) -> np.ndarray:
+    """Adam step over this GPU's (ZeRO-sharded) parameters: memory-bound, ADAM_BYTES_PER_PARAM of HBM traffic."""
+    return params_on_gpu * C.ADAM_BYTES_PER_PARAM / hbm_bytes_per_s(gpu)

@@ -1,0 +1,81 @@
+"""The few physical constants of the compute and memory model, with where each comes from.
+
+They are efficiencies and byte counts, never per-case corrections: one set serves every GPU, model and layout.
+The ones marked FITTED were fitted once on `../shared/reference/published_runs.json` (22 runs, A100 and V100)
+by `bench/calibrate.py`, which prints the fit; every other value comes from a cited measurement. Communication
+efficiencies live in `collectives.py` beside the collective model that uses them.
+"""
+from __future__ import annotations
+
+# --- Matrix multiplies -----------------------------------------------------------------------------------
+# Sustained fraction of the dense tensor-core peak that a large, well-shaped BF16/FP16 GEMM reaches.
+# FITTED (bench/calibrate.py). For scale: cuBLAS reaches ~0.80-0.85 of peak on 8192^3 on A100 and H100/H200
+# (device notes: H200 ~790 of 989 TFLOP/s); a training step's GEMMs run a little below that.
+GEMM_EFFICIENCY = 0.80
+# FP8 GEMMs reach a lower fraction of their (2x) peak than BF16 GEMMs of theirs: cuBLASLt/Transformer Engine
+# FP8 on H100 sustains ~1,300-1,400 of 1,979 TFLOP/s against ~750-800 of 989 for BF16 (NVIDIA TE
+# benchmarks), a ratio of ~0.85.
+FP8_GEMM_RELATIVE_EFFICIENCY = 0.85
+# A GEMM tile pays a fixed prologue/epilogue; efficiency falls as K / (K + K_HALF) for a short reduction
+# dimension (CUTLASS main-loop pipelining; a tile must stream ~2-4 K-slices of 32-64 before it is busy).
+# FITTED within [32, 256] elements.
+GEMM_K_HALF = 96
+# Output tile of the GEMM kernels, for tile and wave quantization (CUTLASS/cuBLAS 128x128 default tiles).
+GEMM_TILE_M = 128
+GEMM_TILE_N = 128
+
+# --- Attention core -----------------------------------------------------------------------------------
+# Causal FlashAttention-2/3 fraction of the BF16 peak, forward and backward together (Dao 2023, FA2 paper
+# fig. 4-6: 50-73% of A100 peak for head dim 128; Shah et al. 2024, FA3: 60-75% of H100 peak forward, lower
+# backward). Not fittable on the published runs (all predate FlashAttention); the middle of those ranges.
+FLASH_ATTENTION_EFFICIENCY = 0.55
+# FlashAttention's backward pass does 2.5x the forward's matmul work (it recomputes S and P): Dao 2023, sec. 3.
+FLASH_BACKWARD_FACTOR = 2.5
+# Causal masking lets flash attention skip half of the s x s square; unfused attention computes all of it.
+CAUSAL_FRACTION = 0.5
+
+# --- Memory-bound work ----------------------------------------------------------------------------------
+# Fraction of the HBM bandwidth that streaming element-wise kernels (norms, activations, dropout, softmax,
+# optimizer) reach. STREAM-like kernels reach ~0.85-0.92 of HBM peak on A100/H100 (NVIDIA, "CUDA C++ Best
+# Practices", effective bandwidth; babelstream). FITTED within [0.6, 0.92].
+HBM_EFFICIENCY = 0.85
+# Fixed cost of one kernel (launch, ramp-up and tail), seconds. CUDA launch latency is ~3-5 us, a kernel's
+# tail another 1-3 us (NVIDIA Nsight traces of Megatron layers). FITTED within [2, 10] us.
+KERNEL_OVERHEAD_S = 4e-6
+# Kernels per transformer layer in the forward pass (Megatron fused kernels: norm, QKV, rotary or none,
+# attention 1-3, projection, bias-dropout-add, norm, MLP up, activation, MLP down, bias-dropout-add).
+KERNELS_PER_LAYER_FORWARD = 12
+
+# Mixed-precision Adam step: reads fp32 master weight, momentum, variance and gradient (16 B), writes the first
+# three (12 B) and the 16-bit weight (2 B), and zeroes the gradient (4 B): 34 bytes of HBM traffic per
+# parameter (Rajbhandari et al. 2020, sec. 3.1 for the 16-byte state; traffic counted from the update rule).
+ADAM_BYTES_PER_PARAM = 34
+
+# --- Memory footprint -----------------------------------------------------------------------------------
+# Mixed-precision Adam state per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1): 2-byte weights,
+# fp32 master weights + momentum + variance (12 bytes). Gradients: Megatron-LM accumulates and reduces
+# gradients in fp32 when training in bf16 (arguments.py: bf16 implies accumulate_allreduce_grads_in_fp32),
+# 4 bytes; fp16 training keeps fp16 gradients, 2 bytes.
+WEIGHT_BYTES = 2
+OPTIMIZER_BYTES = 12
+GRAD_BYTES = {"bf16": 4, "fp8": 4, "fp16": 2}
+# CUDA context, cuBLAS workspaces and NCCL buffers per GPU, GiB (PyTorch + NCCL defaults: context ~0.5 GiB,
+# NCCL ~0.3-1 GiB with 8-32 channels of 4 MiB buffers per peer).
+RUNTIME_RESERVE_GIB = 1.5
+# PyTorch's caching allocator cannot use every byte: fragmentation typically wastes 5-15% of reserved memory
+# (PyTorch memory-management docs; Megatron-LM reports). We keep 8% of the rest free.
+FRAGMENTATION_FRACTION = 0.08
+
+# --- Schedule -------------------------------------------------------------------------------------------
+# Fraction of the data-parallel gradient reduction that can hide behind the last micro-batch's backward pass
+# (bucketed, overlapped reduce-scatter/all-reduce as in PyTorch DDP and Megatron's --overlap-grad-reduce).
+# Communication kernels steal SMs and HBM bandwidth from the compute they overlap with.
+DP_OVERLAP_EFFICIENCY = 0.8
+
+ENGINE_VERSION = "1.0"
+
+
+def as_dict() -> dict[str, float]:
+    """The constants, for the answer's provenance block and the README."""
+    return {name.lower(): value for name, value in globals().items()
+            if name.isupper() and isinstance(value, (int, float)) and not isinstance(value, bool)}

@@ -1,0 +1,166 @@
+"""Memory per GPU, vectorised over layout candidates (bytes; the answer reports GiB).
+
+Weights, gradients and mixed-precision Adam state follow ZeRO (Rajbhandari et al. 2020): stage 1 (Megatron's
+distributed optimizer) shards the optimizer state over the data-parallel ranks, stage 2 also the gradients,
+stage 3 also the weights. Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+Large Transformer Models"), generalised to grouped-query attention, gated MLPs and experts, for recompute none /
+selective / full, with and without sequence parallelism, times the micro-batches the first pipeline stage holds
+under 1F1B (p) and interleaving (x (1 + (p-1)/(p v))), with context parallelism splitting the sequence.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import constants as C
+from .model import ParamCount, is_gpt_style, kv_dim
+from .spec import ModelSpec, TrainingSpec
+
+GIB = 1024.0 ** 3
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+
+
+@dataclass(frozen=True)
+class Layouts:
+    """The candidates: one entry per layout, all arrays of one length."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    micro_batch: np.ndarray
+    vpp: np.ndarray
+    recompute: np.ndarray   # codes of RECOMPUTE_CODES
+    sp: np.ndarray          # bool
+    zero: np.ndarray
+    order: np.ndarray       # index into spec.RANK_ORDERS
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    def microbatches(self, global_batch: int) -> np.ndarray:
+        """Micro-batches per pipeline per step: B / (dp x micro_batch)."""
+        return global_batch // (self.dp * self.micro_batch)
+
+    def take(self, index: np.ndarray) -> "Layouts":
+        return Layouts(**{k: v[index] for k, v in self.__dict__.items()})
+
+
+def stage_layers(layers: int, pp: np.ndarray) -> np.ndarray:
+    """Layers on the busiest pipeline stage. Uneven splits put one layer fewer on the first and last stages,
+    which also carry the embedding and the output layer (as Llama 3 405B did: 126 layers on 16 stages)."""
+    return -(-layers // pp)
+
+
+@dataclass(frozen=True)
+class ParamsOnGPU:
+    dense: np.ndarray     # parameters replicated across data parallelism (attention, dense MLPs, embeddings)
+    expert: np.ndarray    # routed-expert parameters (replicated across dp x cp / ep ranks)
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.dense + self.expert
+
+
+def params_on_gpu(m: ModelSpec, pc: ParamCount, lay: Layouts) -> ParamsOnGPU:
+    """Parameters held by one GPU of the busiest stage: its layers split by TP (experts by EP instead, as
+    Megatron-Core with expert tensor parallel size 1) plus one vocabulary matrix split by TP."""
+    expert_total = m.moe_layers * m.experts * pc.expert_per_layer
+    non_expert_layers = pc.total - pc.embedding - pc.output - expert_total
+    per_layer = non_expert_layers / m.layers
+    per_layer_expert = expert_total / m.layers
+    n = stage_layers(m.layers, lay.pp)
+    vocab_matrix = np.where(lay.pp == 1, pc.embedding + pc.output, np.maximum(pc.embedding, pc.output))
+    dense = n * per_layer / lay.tp + vocab_matrix / lay.tp
+    return ParamsOnGPU(dense=dense, expert=n * per_layer_expert / lay.ep)
+
+
+def activation_bytes_per_token(m: ModelSpec, training: TrainingSpec, lay: Layouts) -> np.ndarray:
+    """Bytes one layer keeps per token of a micro-batch for its backward pass (Korthikanti et al. 2022, eq. 1-5).
+
+    GPT-3 (MHA, 4h GeLU MLP, dropout), TP t, no recomputation: s b h (10 + 24/t + 5 a s / (h t)). The 10 are the
+    h-wide tensors every TP rank keeps (2 norm inputs, QKV and MLP inputs, 2 dropout masks) and sequence
+    parallelism divides them by t; the 24 are Q, K, V, the projection input and the MLP's 4h-wide tensors; the
+    5 a s / h are the s x s softmax output, dropout mask and output, which selective recomputation and
+    flash attention never store. Full recomputation keeps only each layer's 2-byte input.
+    """
+    h, tp = m.hidden, lay.tp
+    dropout = is_gpt_style(m)
+    replicated = (8.0 + (2.0 if dropout else 0.0)) * h
+    replicated = np.where(lay.sp, replicated / tp, replicated)
+    mlp_inner = (4.0 if not m.gated_mlp else 6.0) * _mlp_width(m)
+    split = (2.0 * h + 4.0 * kv_dim(m) + 2.0 * h + mlp_inner) / tp
+    squares = np.zeros(len(lay)) if training.attention == "flash" else \
+        (5.0 if dropout else 2.0) * m.heads * m.seq_len / tp
+    squares = np.where(lay.recompute == RECOMPUTE_CODES["selective"], 0.0, squares)
+    full = np.where(lay.sp, 2.0 * h / tp, 2.0 * h)
+    per_token = replicated + split + squares
+    return np.where(lay.recompute == RECOMPUTE_CODES["full"], full, per_token), per_token
+
+
+def _mlp_width(m: ModelSpec) -> float:
+    """MLP width per token averaged over layers; MoE layers count the top-k and shared experts a token visits."""
+    if not m.is_moe:
+        return float(m.ffn_hidden)
+    moe = (m.top_k + m.shared_experts) * m.expert_ffn_hidden
+    return ((m.layers - m.moe_layers) * m.ffn_hidden + m.moe_layers * moe) / m.layers
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    weights: np.ndarray
+    gradients: np.ndarray
+    optimizer: np.ndarray
+    activations: np.ndarray
+    other: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.other
+
+
+def memory_per_gpu(m: ModelSpec, training: TrainingSpec, pc: ParamCount, lay: Layouts) -> MemoryBreakdown:
+    """Bytes on the busiest GPU (the first pipeline stage, which holds the most micro-batches in flight)."""
+    p = params_on_gpu(m, pc, lay)
+    dense_shards, expert_shards = lay.dp * lay.cp, np.maximum(1, lay.dp * lay.cp // lay.ep)
+
+    def sharded(stage: int, bytes_per_param: float) -> np.ndarray:
+        on = lay.zero >= stage
+        return bytes_per_param * (np.where(on, p.dense / dense_shards, p.dense)
+                                  + np.where(on, p.expert / expert_shards, p.expert))
+
+    weights = sharded(3, C.WEIGHT_BYTES)
+    grads = sharded(2, C.GRAD_BYTES[training.precision])
+    optimizer = sharded(1, C.OPTIMIZER_BYTES)
+    activations = _activations(m, training, lay)
+    buffers = _comm_buffers(m, lay)
+    other = C.RUNTIME_RESERVE_GIB * GIB + buffers + C.FRAGMENTATION_FRACTION * (
+        weights + grads + optimizer + activations)
+    return MemoryBreakdown(weights, grads, optimizer, activations, other)
+
+
+def _activations(m: ModelSpec, training: TrainingSpec, lay: Layouts) -> np.ndarray:
+    tokens = lay.micro_batch * m.seq_len / lay.cp
+    stored, working = activation_bytes_per_token(m, training, lay)
+    n = stage_layers(m.layers, lay.pp)
+    in_flight = np.minimum(lay.pp, lay.microbatches(training.global_batch))
+    interleave = np.where(lay.vpp > 1, 1.0 + (lay.pp - 1) / (lay.pp * lay.vpp), 1.0)
+    first_stage = tokens * stored * n * in_flight * interleave
+    # Full recomputation rebuilds one layer's activations at a time during the backward pass.
+    first_stage = first_stage + np.where(lay.recompute == RECOMPUTE_CODES["full"], tokens * working, 0.0)
+    # The last stage keeps fp32 logits of one micro-batch for the loss (vocab-parallel cross-entropy).
+    logits = tokens * m.vocab / lay.tp * 4.0
+    last_stage = tokens * stored * n + logits
+    return np.where(lay.pp == 1, first_stage + logits, np.maximum(first_stage, last_stage))
+
+
+def _comm_buffers(m: ModelSpec, lay: Layouts) -> np.ndarray:
+    """Buffers for the TP/SP all-gathers (two h-wide micro-batch tensors), Megatron's DP gradient buckets
+    (40M parameters x 4 bytes, two in flight) and, for MoE, the all-to-all send and receive buffers."""
+    tokens = lay.micro_batch * m.seq_len / lay.cp
+    tp_buffers = np.where(lay.tp > 1, 2.0 * tokens * m.hidden * 2.0, 0.0)
+    dp_buckets = np.where(lay.dp > 1, 2.0 * 40e6 * 4.0, 0.0)
+    a2a = 2.0 * tokens / lay.tp * m.top_k * m.hidden * 2.0 if m.is_moe else 0.0
+    return tp_buffers + dp_buckets + a2a
