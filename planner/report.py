@@ -1,0 +1,133 @@
+"""Turn a finished search into the answer: plain, JSON-native data (no numpy scalars), the shape of PLAN_SPEC.md."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from . import collectives
+from . import constants as C
+from .compute import Shard, layer_times
+from .memory import GIB, Layouts, memory_per_gpu
+from .model import ParamCount, hardware_flops_per_step, model_flops_per_step
+from .placement import placement_map
+from .search import Evaluation, Rejections, label, search
+from .spec import RANK_ORDERS, RECOMPUTE, PlanSpec
+from .steptime import step_times
+
+MAX_CHART_CANDIDATES = 500
+
+
+def plan(spec: PlanSpec, top: int = 10) -> dict[str, Any]:
+    """Search every layout of `spec` and return the answer: ranked plans, rejections, chart data."""
+    started = time.perf_counter()
+    ev, rejected, considered, pc = search(spec)
+    top = max(0, int(top))
+    plans = [plan_entry(spec, pc, ev, i) for i in range(min(top, len(ev.step)))]
+    best_map = None
+    if plans:
+        lay = plans[0]["layout"]
+        best_map = placement_map(spec.cluster, lay["tp"], lay["cp"], lay["dp"], lay["pp"], lay["ep"],
+                                 lay["rank_order"])
+    return {
+        "spec": spec.to_dict(),
+        "model": {"params": int(pc.total), "active_params": int(pc.active),
+                  "flops_per_step": float(model_flops_per_step(spec.model, spec.training.global_batch)),
+                  "tokens_per_step": int(spec.training.global_batch * spec.model.seq_len)},
+        "searched": int(considered),
+        "feasible": int(len(ev.step)),
+        "rejected": {k: int(v) for k, v in rejected.counts.most_common()},
+        "rejected_examples": {k: rejected.examples[k] for k, _ in rejected.counts.most_common()},
+        "plans": plans,
+        "candidates": chart_candidates(ev),
+        "placement_map": best_map,
+        "elapsed_s": round(time.perf_counter() - started, 4),
+        "engine": {"version": C.ENGINE_VERSION,
+                   "constants": {**C.as_dict(), **collectives_constants()}},
+    }
+
+
+def collectives_constants() -> dict[str, float]:
+    """Communication efficiencies from collectives.py, for the provenance block."""
+    return {name.lower(): float(value) for name, value in vars(collectives).items()
+            if name.isupper() and isinstance(value, (int, float)) and not isinstance(value, bool)}
+
+
+def layout_dict(lay: Layouts, i: int) -> dict[str, Any]:
+    return {"tp": int(lay.tp[i]), "pp": int(lay.pp[i]), "dp": int(lay.dp[i]), "cp": int(lay.cp[i]),
+            "ep": int(lay.ep[i]), "micro_batch": int(lay.micro_batch[i]), "vpp": int(lay.vpp[i]),
+            "recompute": RECOMPUTE[int(lay.recompute[i])], "sequence_parallel": bool(lay.sp[i]),
+            "zero": int(lay.zero[i]), "rank_order": RANK_ORDERS[int(lay.order[i])]}
+
+
+def plan_entry(spec: PlanSpec, pc: ParamCount, ev: Evaluation, i: int) -> dict[str, Any]:
+    """Everything about candidate i, re-costed alone so its per-collective details can be reported."""
+    one = ev.layouts.take(np.array([i]))
+    key = (int(one.tp[0]), int(one.cp[0]), int(one.dp[0]), int(one.pp[0]), int(one.ep[0]), int(one.order[0]))
+    placement = ev.placements[key]
+    lt = layer_times(spec.model, spec.cluster.gpu, spec.training,
+                     Shard(one.tp, one.cp, one.ep, one.micro_batch, one.sp))
+    st = step_times(spec, pc, one, placement, lt)
+    step = float(st.step[0])
+    n_gpus, tr = spec.cluster.num_gpus, spec.training
+    mem = memory_per_gpu(spec.model, tr, pc, one)
+    model_flops = model_flops_per_step(spec.model, tr.global_batch)
+    hw_flops = hardware_flops_per_step(spec.model, tr.global_batch, RECOMPUTE[int(one.recompute[0])])
+    peak = spec.cluster.gpu.peak_tflops
+    tokens_per_s = tr.global_batch * spec.model.seq_len / step
+    train_s = tr.tokens / tokens_per_s if tr.tokens else None
+    capacity = spec.cluster.gpu.memory_gib
+    memory = {k: _r(getattr(mem, k)[0] / GIB) for k in ("weights", "gradients", "optimizer", "activations", "other")}
+    total = float(mem.total[0] / GIB)
+    return {
+        "rank": i + 1,
+        "layout": layout_dict(one, 0),
+        "label": label(one, 0),
+        "description": placement.describe(),
+        "step_time_s": _r(step),
+        "tokens_per_s": _r(tokens_per_s),
+        "model_tflops_per_gpu": _r(model_flops / step / n_gpus / 1e12),
+        "hardware_tflops_per_gpu": _r(hw_flops / step / n_gpus / 1e12),
+        "mfu": _r(model_flops / step / n_gpus / (peak * 1e12)),
+        "hfu": _r(hw_flops / step / n_gpus / (peak * 1e12)),
+        "memory_gib": {**memory, "total": _r(total), "capacity": _r(capacity), "headroom": _r(capacity - total)},
+        "time_s": {k: _r(v[0]) for k, v in st.parts.items()},
+        "comm": [_comm_entry(c) for c in st.collectives],
+        "placement": placement.as_dict(),
+        "time_to_train_s": _r(train_s) if train_s is not None else None,
+        "gpu_hours": _r(train_s * n_gpus / 3600.0) if train_s is not None else None,
+    }
+
+
+def _comm_entry(c) -> dict[str, Any]:
+    return {"group": c.group, "collective": c.op, "algorithm": c.algorithm,
+            "fabric": max(c.by_fabric, key=lambda f: float(c.by_fabric[f][0])) if c.by_fabric else "none",
+            "bytes_per_call": _r(c.bytes_per_call[0]), "calls_per_step": _r(c.calls[0]),
+            "bytes_per_step": _r(c.bytes_per_call[0] * c.calls[0]),
+            "time_s": _r(c.time_s[0]), "exposed_s": _r(c.exposed_s[0]),
+            "time_by_fabric_s": {f: _r(t[0]) for f, t in c.by_fabric.items()}}
+
+
+def chart_candidates(ev: Evaluation) -> list[dict[str, Any]]:
+    """The Pareto front of (step time, memory) plus an even sample of the rest, best first, for the chart."""
+    n = len(ev.step)
+    if n == 0:
+        return []
+    # Candidates are sorted by step time, so a point is on the front when it needs less memory than all
+    # faster ones.
+    running_min = np.minimum.accumulate(ev.memory_total)
+    pareto = np.ones(n, dtype=bool)
+    pareto[1:] = ev.memory_total[1:] < running_min[:-1]
+    keep = set(np.flatnonzero(pareto)[:MAX_CHART_CANDIDATES].tolist())
+    spare = MAX_CHART_CANDIDATES - len(keep)
+    if spare > 0:
+        keep |= set(np.linspace(0, n - 1, num=min(n, spare)).astype(int).tolist())
+    return [{"label": label(ev.layouts, i), "step_time_s": _r(ev.step[i]),
+             "memory_gib": _r(ev.memory_total[i] / GIB), "pareto": bool(pareto[i])} for i in sorted(keep)]
+
+
+def _r(x: float) -> float:
+    """A JSON-native float with 6 significant digits."""
+    x = float(x)
+    return float(f"{x:.6g}") if np.isfinite(x) else x

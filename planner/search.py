@@ -1,0 +1,255 @@
+"""The layout search: enumerate every layout, reject the infeasible ones with a reason, cost the rest.
+
+Axes (one small generator each): TP (divides the heads and KV heads, stays inside an NVLink domain), PP (splits
+the layers), CP (splits the sequence), DP = GPUs / (TP PP CP) (divides the batch), EP (MoE, divides experts
+and DP), micro-batch, virtual stages, recomputation, sequence parallelism, ZeRO stage and rank order. Pinned
+fields are honoured exactly, including pins that make a layout infeasible (the answer then says why).
+The structural axes are enumerated in Python (a few hundred combinations at most); the inner axes are
+expanded into numpy arrays and the cost model runs vectorised over all of them, grouped by placement.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from .compute import LayerTimes, Shard, layer_times
+from .memory import GIB, RECOMPUTE_CODES, Layouts, memory_per_gpu
+from .model import ParamCount, param_count
+from .placement import Placement, PlacementRejected, place
+from .spec import RANK_ORDERS, RECOMPUTE, PlanSpec
+from .steptime import StepTimes, step_times
+
+MAX_MICRO_BATCH = 64     # larger micro-batches never help at these model sizes and only grow the search
+MAX_VPP = 16
+CP_CHOICES = (1, 2, 4, 8, 16, 32)
+MAX_CANDIDATES = 2_000_000  # hard bound on the inner product, whatever the input
+
+
+@dataclass
+class Rejections:
+    """Counts of rejected layouts by reason, with one readable example message each."""
+
+    counts: Counter
+    examples: dict[str, str]
+
+    def add(self, reason: str, message: str, count: int = 1) -> None:
+        if count:
+            self.counts[reason] += count
+            self.examples.setdefault(reason, message)
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _pinned(options: list, pin) -> list:
+    return options if pin is None else [pin]
+
+
+def tp_options(spec: PlanSpec) -> list[int]:
+    """Divisors of the GPU count up to 4 domains wide (wider ones are never sensible, only rejected)."""
+    limit = min(spec.model.heads, 4 * spec.cluster.node.nvlink_domain_gpus)
+    return _pinned([d for d in divisors(spec.cluster.num_gpus) if d <= limit], spec.layout.tp)
+
+
+def tp_reason(spec: PlanSpec, tp: int) -> tuple[str, str] | None:
+    m, domain = spec.model, spec.cluster.node.nvlink_domain_gpus
+    if m.heads % tp or m.kv_heads % tp:
+        return "tp_does_not_divide_heads", (f"TP={tp} does not divide the {m.heads} attention heads "
+                                            f"and {m.kv_heads} KV heads")
+    if tp > domain or domain % tp:
+        return "tp_crosses_nvlink_domain", f"TP={tp} crosses the {domain}-GPU NVLink domain"
+    return None
+
+
+def pp_reason(spec: PlanSpec, pp: int) -> tuple[str, str] | None:
+    """Even splits, or nearly even ones where the first and last stages (which also hold the embedding and the
+    output layer) take one layer fewer."""
+    layers = spec.model.layers
+    if pp > layers:
+        return "pp_exceeds_layers", f"PP={pp} has more stages than the {layers} layers"
+    if pp * math.ceil(layers / pp) - layers > 2:
+        return "pp_does_not_divide_layers", f"PP={pp} does not split {layers} layers into equal stages"
+    return None
+
+
+def cp_reason(spec: PlanSpec, cp: int) -> tuple[str, str] | None:
+    s = spec.model.seq_len
+    if s % (2 * cp) and cp > 1:
+        return "cp_does_not_split_sequence", (f"CP={cp} needs the {s}-token sequence to split into {2 * cp} "
+                                              f"equal chunks (load-balanced causal ring attention)")
+    return None
+
+
+def dp_reason(spec: PlanSpec, dp: int) -> tuple[str, str] | None:
+    b = spec.training.global_batch
+    if b % dp:
+        return "dp_does_not_divide_batch", f"DP={dp} does not divide the global batch of {b} sequences"
+    return None
+
+
+def ep_options(spec: PlanSpec, dp: int) -> list[int]:
+    if not spec.model.is_moe:
+        return _pinned([1], spec.layout.ep)
+    return _pinned([d for d in divisors(math.gcd(spec.model.experts, dp))], spec.layout.ep)
+
+
+def micro_batch_options(spec: PlanSpec, dp: int) -> list[int]:
+    per_replica = spec.training.global_batch // dp
+    return _pinned([d for d in divisors(per_replica) if d <= MAX_MICRO_BATCH], spec.layout.micro_batch)
+
+
+def vpp_options(spec: PlanSpec, pp: int) -> list[int]:
+    if pp == 1 or spec.model.layers % pp:
+        return _pinned([1], spec.layout.vpp)
+    return _pinned([v for v in divisors(spec.model.layers // pp) if v <= MAX_VPP], spec.layout.vpp)
+
+
+def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vpp: int, rc: str, sp: bool,
+                 zero: int) -> tuple[str, str] | None:
+    """Checks on the inner axes; only pins can break the first few, as the generators never offer them."""
+    m, b = spec.model, spec.training.global_batch
+    if (b // dp) % mb:
+        return "micro_batch_does_not_divide", f"micro-batch {mb} does not divide the {b // dp} sequences per replica"
+    if ep > 1 and (not m.is_moe or m.experts % ep or dp % ep):
+        return "ep_invalid", f"EP={ep} must divide the {m.experts} experts and DP={dp}"
+    if sp and tp == 1:
+        return "sp_needs_tp", "sequence parallelism needs TP > 1"
+    if vpp > 1 and (pp == 1 or m.layers % (pp * vpp)):
+        return "vpp_invalid", f"{vpp} virtual stages need PP > 1 and {m.layers} layers divisible by PP x {vpp}"
+    if vpp > 1 and (b // dp // mb) % pp:
+        return "vpp_needs_microbatches", (f"interleaving needs the {b // dp // mb} micro-batches to be a multiple "
+                                          f"of PP={pp}")
+    if rc == "selective" and spec.training.attention == "flash":
+        return "selective_redundant", ("selective recomputation saves nothing with flash attention, which never "
+                                       "stores the s x s attention matrix")
+    return None
+
+
+def enumerate_layouts(spec: PlanSpec, rejected: Rejections) -> Layouts:
+    """Every layout the pins allow, minus the structurally infeasible ones (counted in `rejected`)."""
+    n, lay_pin = spec.cluster.num_gpus, spec.layout
+    rows: list[tuple] = []
+    for tp in tp_options(spec):
+        if (why := tp_reason(spec, tp)) or n % tp:
+            rejected.add(*(why or ("gpus_not_divisible", f"TP={tp} does not divide {n} GPUs")))
+            continue
+        for pp in _pinned([d for d in divisors(n // tp) if d <= spec.model.layers], lay_pin.pp):
+            if (why := pp_reason(spec, pp)) or (n // tp) % pp:
+                rejected.add(*(why or ("gpus_not_divisible", f"TP x PP = {tp * pp} does not divide {n} GPUs")))
+                continue
+            for cp in _pinned([c for c in CP_CHOICES if (n // tp // pp) % c == 0], lay_pin.cp):
+                dp = n // (tp * pp * cp)
+                why = cp_reason(spec, cp) or dp_reason(spec, dp)
+                if why is None and (n % (tp * pp * cp) or (lay_pin.dp is not None and lay_pin.dp != dp)):
+                    why = ("gpus_not_divisible", f"TP x PP x CP = {tp * pp * cp} leaves DP={dp}, not the pinned "
+                                                 f"{lay_pin.dp}" if lay_pin.dp else f"{tp * pp * cp} does not divide {n}")
+                if why:
+                    rejected.add(*why)
+                    continue
+                rows.extend(_inner(spec, tp, pp, cp, dp, rejected))
+    if not rows:
+        return _layouts([])
+    return _layouts(rows)
+
+
+def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejections) -> list[tuple]:
+    pin = spec.layout
+    axes = (ep_options(spec, dp), micro_batch_options(spec, dp), vpp_options(spec, pp),
+            _pinned(list(RECOMPUTE), pin.recompute),
+            _pinned([False, True] if tp > 1 else [False], pin.sequence_parallel),
+            _pinned([0, 1, 2, 3] if dp * cp > 1 else [0], pin.zero),
+            _pinned(list(RANK_ORDERS) if pp > 1 and dp > 1 else [RANK_ORDERS[0]], pin.rank_order))
+    if math.prod(len(a) for a in axes) > MAX_CANDIDATES:
+        axes = (axes[0], axes[1][:8], *axes[2:])  # bound the work; micro-batches beyond 8 options add nothing
+    out = []
+    for ep, mb, vpp, rc, sp, zero, order in itertools.product(*axes):
+        if why := inner_reason(spec, tp, pp, dp, ep, mb, vpp, rc, sp, zero):
+            rejected.add(*why)
+            continue
+        out.append((tp, pp, dp, cp, ep, mb, vpp, RECOMPUTE_CODES[rc], sp, zero, RANK_ORDERS.index(order)))
+    return out
+
+
+def _layouts(rows: list[tuple]) -> Layouts:
+    arr = np.array(rows, dtype=np.int64).reshape(-1, 11)
+    cols = arr.T
+    return Layouts(tp=cols[0], pp=cols[1], dp=cols[2], cp=cols[3], ep=cols[4], micro_batch=cols[5],
+                   vpp=cols[6], recompute=cols[7], sp=cols[8].astype(bool), zero=cols[9], order=cols[10])
+
+
+@dataclass
+class Evaluation:
+    """Feasible candidates with their costs (arrays aligned with `layouts`)."""
+
+    layouts: Layouts
+    step: np.ndarray
+    memory_total: np.ndarray
+    placements: dict[tuple, Placement]
+
+
+def evaluate(spec: PlanSpec, pc: ParamCount, lay: Layouts, rejected: Rejections) -> Evaluation:
+    """Memory first (cheap, vectorised over all), then step time for the layouts that fit, per placement."""
+    capacity = spec.cluster.gpu.memory_gib * GIB
+    total = memory_per_gpu(spec.model, spec.training, pc, lay).total
+    fits = total <= capacity
+    if not fits.all():
+        # The example is the leanest layout that still does not fit: the most telling one.
+        i = int(np.flatnonzero(~fits)[np.argmin(total[~fits])])
+        rejected.add("out_of_memory", f"{label(lay, i)} needs {total[i] / GIB:.1f} GiB of "
+                                      f"{spec.cluster.gpu.memory_gib:g}", int((~fits).sum()))
+    lay, total = lay.take(fits), total[fits]
+    lt = layer_times(spec.model, spec.cluster.gpu, spec.training, Shard(lay.tp, lay.cp, lay.ep, lay.micro_batch, lay.sp))
+    step = np.full(len(lay), np.inf)
+    placements: dict[tuple, Placement] = {}
+    for key, idx in _groups(lay).items():
+        try:
+            placements[key] = placement = place(spec.cluster, *key[:5], RANK_ORDERS[key[5]])
+        except PlacementRejected as exc:
+            rejected.add(exc.reason, exc.message, len(idx))
+            continue
+        step[idx] = step_times(spec, pc, lay.take(idx), placement, _take(lt, idx)).step
+    ok = np.isfinite(step)
+    return Evaluation(lay.take(ok), step[ok], total[ok], placements)
+
+
+def _groups(lay: Layouts) -> dict[tuple, np.ndarray]:
+    keys = np.stack([lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.order], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
+    return {tuple(int(v) for v in u): order[bounds[i]:bounds[i + 1]] for i, u in enumerate(uniq)}
+
+
+def _take(lt: LayerTimes, idx: np.ndarray) -> LayerTimes:
+    return LayerTimes(**{k: v[idx] for k, v in lt.__dict__.items()})
+
+
+def label(lay: Layouts, i: int) -> str:
+    rc = RECOMPUTE[int(lay.recompute[i])]
+    parts = [f"TP{lay.tp[i]}", f"PP{lay.pp[i]}", f"DP{lay.dp[i]}"]
+    parts += [f"CP{lay.cp[i]}"] if lay.cp[i] > 1 else []
+    parts += [f"EP{lay.ep[i]}"] if lay.ep[i] > 1 else []
+    parts += [f"mb{lay.micro_batch[i]}"] + ([f"v{lay.vpp[i]}"] if lay.vpp[i] > 1 else [])
+    parts += [f"{rc} recompute"] if rc != "none" else []
+    parts += ["SP"] if lay.sp[i] else []
+    parts += [f"ZeRO-{lay.zero[i]}"] if lay.zero[i] else []
+    return " ".join(parts)
+
+
+def search(spec: PlanSpec) -> tuple[Evaluation, Rejections, int, ParamCount]:
+    """Run the whole search. Returns the feasible candidates ranked best first (step time, then memory
+    headroom), the rejections, and how many layouts were considered."""
+    rejected = Rejections(Counter(), {})
+    pc = param_count(spec.model)
+    lay = enumerate_layouts(spec, rejected)
+    considered = len(lay) + sum(rejected.counts.values())
+    ev = evaluate(spec, pc, lay, rejected)
+    rank = np.lexsort((ev.memory_total, np.round(ev.step, 9)))
+    ev = Evaluation(ev.layouts.take(rank), ev.step[rank], ev.memory_total[rank], ev.placements)
+    return ev, rejected, considered, pc

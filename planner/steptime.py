@@ -1,0 +1,177 @@
+"""Step time of a training iteration, vectorised over the layout candidates that share one placement.
+
+Schedule: 1F1B with interleaving (Narayanan et al. 2021, sec. 2.2): m micro-batches per pipeline, each stage
+runs m (forward + backward) chunks, and the pipeline bubble costs (p - 1) / v of one micro-batch's stage time,
+i.e. a fraction (p - 1) / (v m) of the ideal. On the critical path: tensor-parallel collectives (Megatron issues
+them synchronously between the GEMMs), expert all-to-alls, the part of context-parallel ring attention that the
+attention compute cannot hide, pipeline send/recv between stages, and the part of the data-parallel gradient
+reduction that the last backward pass cannot hide; then the optimizer step. `time_s` lists these exposed parts,
+and they sum to the step time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import constants as C
+from .collectives import collective_time
+from .compute import LayerTimes, optimizer_time
+from .memory import RECOMPUTE_CODES, Layouts, params_on_gpu, stage_layers
+from .model import ParamCount, kv_dim
+from .placement import Placement
+from .spec import PlanSpec
+
+PARTS = ("compute", "bubble", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "optimizer")
+ACT_BYTES = 2.0  # activations travel in bf16
+
+
+@dataclass
+class Collective:
+    """One kind of collective a layout issues, with per-candidate totals over a step."""
+
+    group: str
+    op: str
+    bytes_per_call: np.ndarray
+    calls: np.ndarray
+    time_s: np.ndarray            # total over the step
+    exposed_s: np.ndarray         # the part on the critical path
+    by_fabric: dict[str, np.ndarray]
+    algorithm: str
+
+
+@dataclass
+class StepTimes:
+    parts: dict[str, np.ndarray]
+    collectives: list[Collective] = field(default_factory=list)
+
+    @property
+    def step(self) -> np.ndarray:
+        return sum(self.parts.values())
+
+
+def step_times(spec: PlanSpec, pc: ParamCount, lay: Layouts, placement: Placement, lt: LayerTimes) -> StepTimes:
+    """Step time parts for candidates `lay`, which all share `placement` (same tp, cp, dp, pp, ep, order);
+    `lt` are their layer compute times (compute.layer_times, which needs no placement)."""
+    m, cluster, tr = spec.model, spec.cluster, spec.training
+    micro = lay.microbatches(tr.global_batch).astype(float)
+    fwd, bwd = _stage_compute(spec, lay, lt)
+    n = stage_layers(m.layers, lay.pp).astype(float)
+    tokens = lay.micro_batch * m.seq_len / lay.cp
+    params = params_on_gpu(m, pc, lay).total
+    colls = (_tp_comm(spec, lay, placement, tokens, n, micro)
+             + [_cp_comm(spec, lay, placement, tokens, n, micro, lt),
+                _ep_comm(spec, lay, placement, tokens, n, micro),
+                _pp_comm(spec, lay, placement, tokens, micro)]
+             + _dp_comm(spec, lay, placement, params, fwd, bwd, micro))
+    exposed = {f"{g}_comm": sum((c.exposed_s for c in colls if c.group == g), np.zeros(len(lay)))
+               for g in ("tp", "cp", "ep", "pp", "dp")}
+    # The bubble idles for (p - 1) / v micro-batches' worth of stage time, communication on the path included.
+    per_micro = fwd + bwd + (exposed["tp_comm"] + exposed["cp_comm"] + exposed["ep_comm"]) / micro
+    shards = np.where(lay.zero >= 1, lay.dp * lay.cp, 1)
+    parts = {"compute": micro * (fwd + bwd), "bubble": (lay.pp - 1) / lay.vpp * per_micro, **exposed,
+             "optimizer": optimizer_time(params / shards, cluster.gpu)}
+    return StepTimes({k: parts[k] for k in PARTS}, [c for c in colls if np.any(c.calls > 0)])
+
+
+def _stage_compute(spec: PlanSpec, lay: Layouts, lt: LayerTimes) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds per micro-batch on the slowest stage. The last stage also runs the output
+    layer and the loss; with an uneven split it has one layer fewer. Recomputation adds to the backward:
+    full repeats each layer's forward, selective the attention core (Korthikanti et al. 2022)."""
+    layers = spec.model.layers
+    n = stage_layers(layers, lay.pp)
+    deficit = lay.pp * n - layers
+    n_last = np.where(lay.pp == 1, n, n - (deficit >= 1))
+    recompute = np.select([lay.recompute == RECOMPUTE_CODES["full"], lay.recompute == RECOMPUTE_CODES["selective"]],
+                          [lt.fwd, lt.attention_fwd], 0.0)
+    bwd_layer = lt.bwd + recompute
+    mid = n * (lt.fwd + bwd_layer)
+    last = n_last * (lt.fwd + bwd_layer) + lt.logits_fwd + lt.logits_bwd
+    use_last = (last >= mid) | (lay.pp == 1)
+    fwd = np.where(use_last, n_last * lt.fwd + lt.logits_fwd, n * lt.fwd)
+    bwd = np.where(use_last, n_last * bwd_layer + lt.logits_bwd, n * bwd_layer)
+    return fwd, bwd
+
+
+def _collective(spec: PlanSpec, placement: Placement, group: str, op: str, nbytes: np.ndarray,
+                calls: np.ndarray) -> Collective:
+    """Cost `calls` calls of `op` on `group`, each moving `nbytes` (nccl-tests size convention)."""
+    g = placement.groups.get(group)
+    nbytes = np.asarray(nbytes, dtype=float)
+    if g is None or g.size <= 1:
+        zero = np.zeros_like(nbytes)
+        return Collective(group, op, nbytes, zero, zero, zero, {}, "none")
+    cost = collective_time(op, nbytes, g, spec.cluster)
+    total = cost.time_s * calls
+    by_fabric = {fab: t * calls for fab, t in cost.by_fabric.items()}
+    return Collective(group, op, nbytes, calls, total, total.copy(), by_fabric, cost.algorithm)
+
+
+def _tp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndarray, n: np.ndarray,
+             micro: np.ndarray) -> list[Collective]:
+    """Megatron TP: two all-reduces of the h-wide activations per layer forward and two backward (Shoeybi et al.
+    2019, fig. 4); with sequence parallelism each becomes a reduce-scatter + all-gather pair of the same bytes
+    (Korthikanti et al. 2022, sec. 4.2.2). Full recomputation repeats the forward's."""
+    nbytes = tokens * spec.model.hidden * ACT_BYTES
+    calls = (4.0 + np.where(lay.recompute == RECOMPUTE_CODES["full"], 2.0, 0.0)) * n * micro
+    plain, split = np.where(lay.sp, 0.0, calls), np.where(lay.sp, calls, 0.0)
+    return [_collective(spec, placement, "tp", "all_reduce", nbytes, plain),
+            _collective(spec, placement, "tp", "reduce_scatter", nbytes, split),
+            _collective(spec, placement, "tp", "all_gather", nbytes, split)]
+
+
+def _cp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndarray, n: np.ndarray,
+             micro: np.ndarray, lt: LayerTimes) -> Collective:
+    """Ring attention (Liu et al. 2023; Megatron-Core context parallelism): each layer passes this rank's K and V
+    chunk around the CP ring, cp - 1 hops forward and twice that backward (K, V and their gradients), overlapped
+    with the attention on the chunk already received; only the excess is exposed."""
+    m = spec.model
+    hop_bytes = 2.0 * tokens * kv_dim(m) / lay.tp * ACT_BYTES
+    hops = (lay.cp - 1) * (3.0 + np.where(lay.recompute == RECOMPUTE_CODES["full"], 1.0, 0.0))
+    c = _collective(spec, placement, "cp", "send_recv", hop_bytes, hops * n * micro)
+    hidden = (1.0 + C.FLASH_BACKWARD_FACTOR) * lt.attention_fwd * n * micro
+    c.exposed_s = np.maximum(0.0, c.time_s - hidden)
+    return c
+
+
+def _ep_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndarray, n: np.ndarray,
+             micro: np.ndarray) -> Collective:
+    """MoE token dispatch and combine: two all-to-alls per MoE layer forward, two backward (Lepikhin et al.
+    2020, GShard), each sending the rank's tokens x top_k h-wide rows; on the critical path."""
+    m = spec.model
+    nbytes = tokens / lay.tp * m.top_k * m.hidden * ACT_BYTES
+    per_layer = 4.0 + np.where(lay.recompute == RECOMPUTE_CODES["full"], 2.0, 0.0)
+    moe_share = m.moe_layers / m.layers
+    return _collective(spec, placement, "ep", "all_to_all", nbytes, per_layer * n * moe_share * micro)
+
+
+def _pp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndarray, micro: np.ndarray
+             ) -> Collective:
+    """Pipeline send/recv: every forward and backward chunk hands the h-wide activation (or its gradient) to the
+    next stage, split over the TP ranks (Narayanan et al. 2021, sec. 4.1 scatter/gather): 2 (m v + p - 1)
+    transfers on the critical path of the 1F1B schedule."""
+    nbytes = tokens * spec.model.hidden * ACT_BYTES / lay.tp
+    calls = np.where(lay.pp > 1, 2.0 * (micro * lay.vpp + lay.pp - 1), 0.0)
+    return _collective(spec, placement, "pp", "send_recv", nbytes, calls)
+
+
+def _dp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, params: np.ndarray, fwd: np.ndarray,
+             bwd: np.ndarray, micro: np.ndarray) -> list[Collective]:
+    """Gradient reduction over the data-parallel group, overlapped (DP_OVERLAP_EFFICIENCY) with the last
+    micro-batch's backward pass: ZeRO-0 all-reduces the gradients; ZeRO-1/2 reduce-scatter them and all-gather
+    the updated 2-byte weights, hidden behind the next step's first forward; ZeRO-3 gathers the weights for
+    every micro-batch's forward and backward and reduce-scatters its gradients (Rajbhandari et al. 2020)."""
+    grad = C.GRAD_BYTES[spec.training.precision] * params
+    weights = C.WEIGHT_BYTES * params
+    z = lay.zero
+    one = np.ones_like(params)
+    calls = np.where(z == 3, micro, 1.0)
+    ar = _collective(spec, placement, "dp", "all_reduce", grad, np.where(z == 0, one, 0.0))
+    rs = _collective(spec, placement, "dp", "reduce_scatter", grad, np.where(z >= 1, calls, 0.0))
+    ag = _collective(spec, placement, "dp", "all_gather", weights, np.where(z >= 1, calls * np.where(z == 3, 2, 1), 0))
+    hide_b = C.DP_OVERLAP_EFFICIENCY * bwd * calls
+    hide_f = C.DP_OVERLAP_EFFICIENCY * np.where(z == 3, fwd + bwd, fwd) * calls
+    ar.exposed_s = np.maximum(0.0, ar.time_s - hide_b)
+    rs.exposed_s = np.maximum(0.0, rs.time_s - hide_b)
+    ag.exposed_s = np.maximum(0.0, ag.time_s - hide_f)
+    return [ar, rs, ag]
