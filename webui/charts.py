@@ -1,0 +1,197 @@
+"""Plotly figures for the plan page, built from the stored answer as plain dicts ({"data", "layout"}).
+
+The template hands them to the browser with `json_script`; static/webui/plan.js draws them. Every builder
+reads the answer defensively (`.get` with a default) and returns None when it has nothing to draw, so an
+answer from an older or newer engine still renders.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+Figure = dict[str, Any]
+
+TIME_PARTS = ("compute", "bubble", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "optimizer")
+TIME_LABELS = {"compute": "compute", "bubble": "pipeline bubble", "tp_comm": "TP comm", "cp_comm": "CP comm",
+               "ep_comm": "EP comm (all-to-all)", "pp_comm": "PP comm", "dp_comm": "DP comm",
+               "optimizer": "optimizer step"}
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
+FABRIC_COLOURS = {"nvlink": "#76b900", "infiniband": "#1f5fa8", "roce": "#8e44ad", "ethernet": "#b35900",
+                  "efa": "#d35400", "pcie": "#7f8c8d"}
+PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6",
+           "#9d755d", "#bab0ac")
+MAX_PLANS_CHARTED = 10
+MAX_LABELLED_CELLS = 256  # past this, cell labels are unreadable; hover still tells
+
+
+def _layout(title: str, **extra: Any) -> dict[str, Any]:
+    return {"title": {"text": title, "x": 0, "font": {"size": 15}}, "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+            "legend": {"orientation": "h", "y": -0.2}, "hovermode": "closest", **extra}
+
+
+def _plans(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in (result.get("plans") or [])[:MAX_PLANS_CHARTED] if isinstance(p, dict)]
+
+
+def _plan_label(p: dict[str, Any]) -> str:
+    return f"#{p.get('rank', '?')} {p.get('label', '')}".strip()
+
+
+def step_time_breakdown(result: dict[str, Any]) -> Figure | None:
+    """Stacked bars: where each top plan's step time goes (exposed time on the critical path)."""
+    plans = _plans(result)
+    if not plans:
+        return None
+    labels = [_plan_label(p) for p in plans]
+    seen = [k for p in plans for k in (p.get("time_s") or {})]
+    parts = [k for k in TIME_PARTS if k in seen] + sorted(set(seen) - set(TIME_PARTS))
+    data = [{"type": "bar", "orientation": "h", "name": TIME_LABELS.get(part, part), "y": labels,
+             "x": [(p.get("time_s") or {}).get(part, 0) or 0 for p in plans],
+             "marker": {"color": PALETTE[i % len(PALETTE)]},
+             "hovertemplate": "%{y}<br>" + TIME_LABELS.get(part, part) + ": %{x:.3g} s<extra></extra>"}
+            for i, part in enumerate(parts)]
+    return {"data": data, "layout": _layout(
+        "Step time breakdown, top plans", barmode="stack", height=140 + 32 * len(plans),
+        xaxis={"title": {"text": "seconds per step"}}, yaxis={"autorange": "reversed", "automargin": True})}
+
+
+def comm_by_fabric(result: dict[str, Any]) -> Figure | None:
+    """The best plan's collectives: time per step split by the fabric it crosses, exposed time marked."""
+    plans = _plans(result)
+    comm = [c for c in (plans[0].get("comm") or []) if isinstance(c, dict)] if plans else []
+    if not comm:
+        return None
+    names: list[str] = []
+    for c in comm:
+        name = f"{str(c.get('group', '?')).upper()} {str(c.get('collective', '')).replace('_', '-')}"
+        names.append(name if name not in names else f"{name} ({names.count(name) + 1})")
+    by_fabric = [c.get("time_by_fabric_s") or {c.get("fabric", "unknown"): c.get("time_s", 0)} for c in comm]
+    fabrics = list(dict.fromkeys(k for split in by_fabric for k in split))
+    data: list[dict[str, Any]] = [
+        {"type": "bar", "orientation": "h", "name": fabric, "y": names,
+         "x": [split.get(fabric, 0) or 0 for split in by_fabric],
+         "marker": {"color": FABRIC_COLOURS.get(fabric, PALETTE[i % len(PALETTE)])},
+         "hovertemplate": "%{y} over " + fabric + ": %{x:.3g} s<extra></extra>"}
+        for i, fabric in enumerate(fabrics)]
+    data.append({"type": "scatter", "mode": "markers", "name": "exposed (not overlapped)", "y": names,
+                 "x": [c.get("exposed_s", 0) or 0 for c in comm],
+                 "marker": {"symbol": "diamond", "size": 10, "color": "#222"},
+                 "hovertemplate": "%{y}: %{x:.3g} s exposed<extra></extra>"})
+    return {"data": data, "layout": _layout(
+        f"Communication per collective by fabric, {plans[0].get('label', 'best plan')}", barmode="stack",
+        height=140 + 34 * len(names), xaxis={"title": {"text": "seconds per step"}},
+        yaxis={"autorange": "reversed", "automargin": True})}
+
+
+def memory_breakdown(result: dict[str, Any]) -> Figure | None:
+    """Stacked bars of memory per GPU for the top plans, against the GPU's capacity."""
+    plans = [p for p in _plans(result) if isinstance(p.get("memory_gib"), dict)]
+    if not plans:
+        return None
+    labels = [_plan_label(p) for p in plans]
+    data = [{"type": "bar", "name": part, "x": labels, "y": [p["memory_gib"].get(part, 0) or 0 for p in plans],
+             "marker": {"color": PALETTE[i % len(PALETTE)]},
+             "hovertemplate": "%{x}<br>" + part + ": %{y:.1f} GiB<extra></extra>"}
+            for i, part in enumerate(MEMORY_PARTS)]
+    layout = _layout("Memory per GPU, top plans", barmode="stack", height=420,
+                     yaxis={"title": {"text": "GiB"}}, xaxis={"automargin": True})
+    capacity = plans[0]["memory_gib"].get("capacity") or _gpu_memory(result)
+    if capacity:
+        layout["shapes"] = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": capacity, "y1": capacity,
+                             "line": {"color": "#c0392b", "dash": "dash", "width": 2}}]
+        layout["annotations"] = [{"xref": "paper", "x": 1, "y": capacity, "xanchor": "right", "yanchor": "bottom",
+                                  "text": f"capacity {capacity:g} GiB", "showarrow": False,
+                                  "font": {"color": "#c0392b"}}]
+    return {"data": data, "layout": layout}
+
+
+def _gpu_memory(result: dict[str, Any]) -> float | None:
+    return (((result.get("spec") or {}).get("cluster") or {}).get("gpu") or {}).get("memory_gib")
+
+
+def placement_map(result: dict[str, Any]) -> Figure | None:
+    """Physical GPUs by node (rows) and slot (columns), coloured by pipeline stage, NVLink domains outlined."""
+    pm = result.get("placement_map") or {}
+    cells = [c for c in (pm.get("cells") or []) if isinstance(c, dict) and "gpu" in c]
+    per_node = int(pm.get("gpus_per_node") or 0) or max((c["gpu"] for c in cells), default=0) + 1
+    if not cells or per_node < 1:
+        return None
+    first_node = min(int(c.get("node", c["gpu"] // per_node)) for c in cells)
+    rows = max(int(c.get("node", c["gpu"] // per_node)) for c in cells) - first_node + 1
+    z: list[list[Any]] = [[None] * per_node for _ in range(rows)]
+    text = [[""] * per_node for _ in range(rows)]
+    hover = [[""] * per_node for _ in range(rows)]
+    domains: dict[Any, list[int]] = {}
+    for c in cells:
+        row, col = int(c.get("node", c["gpu"] // per_node)) - first_node, int(c["gpu"]) % per_node
+        z[row][col] = c.get("pp", 0)
+        text[row][col] = f"TP{c.get('tp', '?')} DP{c.get('dp', '?')}"
+        hover[row][col] = "<br>".join(f"{k}: {c[k]}" for k in ("gpu", "node", "rank", "domain", "tp", "cp", "dp",
+                                                              "pp", "ep") if k in c)
+        box = domains.setdefault(c.get("domain", row), [row, row, col, col])
+        box[:] = [min(box[0], row), max(box[1], row), min(box[2], col), max(box[3], col)]
+    stages = max(int(c.get("pp", 0) or 0) for c in cells) + 1
+    colourscale = []
+    for s in range(stages):
+        colour = PALETTE[s % len(PALETTE)]
+        colourscale += [[s / stages, colour], [(s + 1) / stages, colour]]
+    heatmap: dict[str, Any] = {
+        "type": "heatmap", "z": z, "zmin": -0.5, "zmax": stages - 0.5, "colorscale": colourscale,
+        "x": list(range(per_node)), "y": [f"node {first_node + r}" for r in range(rows)],
+        "customdata": hover, "hovertemplate": "%{customdata}<extra></extra>", "xgap": 2, "ygap": 2,
+        "colorbar": {"title": {"text": "PP stage"}}}
+    if len(cells) <= MAX_LABELLED_CELLS:
+        heatmap.update(text=text, texttemplate="%{text}", textfont={"size": 10})
+    if stages <= 32:
+        heatmap["colorbar"]["tickvals"] = list(range(stages))
+    data = [heatmap]
+    shapes = [{"type": "rect", "x0": b[2] - 0.5, "x1": b[3] + 0.5, "y0": b[0] - 0.5, "y1": b[1] + 0.5,
+               "line": {"color": "#111", "width": 3}, "fillcolor": "rgba(0,0,0,0)"} for b in domains.values()]
+    shown, total = pm.get("gpus_shown", len(cells)), pm.get("gpus_total", len(cells))
+    title = "Placement of the best plan: GPUs by node, NVLink domains outlined, colour = pipeline stage"
+    if total and shown and shown < total:
+        title += f" (first {shown} of {total} GPUs)"
+    return {"data": data, "layout": _layout(
+        title, height=min(2000, 140 + 30 * rows), shapes=shapes,
+        xaxis={"title": {"text": "GPU slot in node"}, "dtick": 1},
+        yaxis={"autorange": "reversed", "type": "category", "automargin": True})}
+
+
+def candidates_scatter(result: dict[str, Any]) -> Figure | None:
+    """Every feasible layout by step time and memory; the Pareto front joined; the best plan starred."""
+    points = [c for c in (result.get("candidates") or []) if isinstance(c, dict)
+              and c.get("step_time_s") is not None and c.get("memory_gib") is not None]
+    if not points:
+        return None
+    front = sorted((c for c in points if c.get("pareto")), key=lambda c: c["step_time_s"])
+    rest = [c for c in points if not c.get("pareto")]
+
+    def trace(name: str, items: list[dict[str, Any]], **style: Any) -> dict[str, Any]:
+        return {"type": "scatter", "name": name, "x": [c["step_time_s"] for c in items],
+                "y": [c["memory_gib"] for c in items], "text": [c.get("label", "") for c in items],
+                "hovertemplate": "%{text}<br>%{x:.3g} s per step, %{y:.1f} GiB<extra></extra>", **style}
+
+    data = [trace("feasible layouts", rest, mode="markers", marker={"color": "#9aa5b1", "size": 6, "opacity": 0.6}),
+            trace("Pareto front", front, mode="lines+markers", marker={"color": "#e45756", "size": 8},
+                  line={"color": "#e45756"})]
+    plans = _plans(result)
+    if plans and plans[0].get("step_time_s") is not None:
+        best = plans[0]
+        mem = (best.get("memory_gib") or {}).get("total")
+        if mem is not None:
+            data.append({"type": "scatter", "mode": "markers", "name": "best plan", "x": [best["step_time_s"]],
+                         "y": [mem], "text": [best.get("label", "")], "marker": {"symbol": "star", "size": 16,
+                                                                                "color": "#f58518"},
+                         "hovertemplate": "best: %{text}<extra></extra>"})
+    return {"data": data, "layout": _layout(
+        f"Candidates: step time against memory ({len(points)} feasible layouts)", height=460,
+        xaxis={"title": {"text": "seconds per step"}, "type": "log"}, yaxis={"title": {"text": "GiB per GPU"}})}
+
+
+def plan_figures(result: dict[str, Any] | None) -> dict[str, Figure]:
+    """{chart id: figure} for every chart the answer has data for, in page order."""
+    if not isinstance(result, dict):
+        return {}
+    builders = {"step-time": step_time_breakdown, "comm": comm_by_fabric, "memory": memory_breakdown,
+                "placement": placement_map, "candidates": candidates_scatter}
+    figures = {name: build(result) for name, build in builders.items()}
+    return {name: fig for name, fig in figures.items() if fig is not None}

@@ -1,0 +1,225 @@
+"""The plan form, built from the engine's field tables (planner.spec.SECTIONS): bounds, units and help are
+written once, in the engine. Validation is the engine's too: `clean()` builds a spec document and calls
+`parse_spec`, and each field-named message lands next to its field.
+
+Field names are `<section>__<field>` (`model__layers`, `gpu__peak_tflops`). A catalog dropdown (model preset,
+GPU, node, fabric) either names a catalog row, whose values are used as they are, or is "custom", and then
+the fields below it are used. Without JavaScript that rule is all there is; with it, form.js fills the
+fields from the chosen row and switches to "custom" when someone edits one.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from planner import PlanSpec, SpecError, parse_spec
+from planner.catalog import Catalog
+from planner.spec import SECTIONS, Field
+
+CUSTOM = "custom"
+HARDWARE = ("gpu", "node", "fabric")
+# spec section -> form prefix
+PREFIX = {"model": "model", "training": "training", "cluster.gpu": "gpu", "cluster.node": "node",
+          "cluster.fabric": "fabric", "layout": "layout"}
+SECTION_OF = {prefix: section for section, prefix in PREFIX.items()}
+MODEL_MORE = ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "dense_layers", "tied_embeddings")
+
+# Presentation only: the names people read. Units come from the engine's table.
+LABELS = {
+    "layers": "Layers", "hidden": "Hidden size", "heads": "Attention heads", "kv_heads": "KV heads",
+    "ffn_hidden": "FFN hidden size", "gated_mlp": "Gated MLP (SwiGLU)", "vocab": "Vocabulary",
+    "seq_len": "Sequence length", "experts": "Experts", "top_k": "Experts per token (top-k)",
+    "expert_ffn_hidden": "Expert FFN hidden size", "shared_experts": "Shared experts",
+    "dense_layers": "Dense layers first", "tied_embeddings": "Tied embeddings",
+    "global_batch": "Global batch", "precision": "Precision", "tokens": "Tokens to train",
+    "peak_tflops": "Peak BF16", "memory_gib": "Memory", "memory_gbytes_per_s": "Memory bandwidth",
+    "fp8_tflops": "Peak FP8", "sm_count": "SMs", "gpus": "GPUs per node",
+    "nvlink_domain_gpus": "NVLink domain", "nvlink_gbytes_per_s": "NVLink bandwidth", "nics": "NICs per node",
+    "nic_gbits_per_s": "NIC speed", "nvlink_sharp": "NVLink SHARP (NVLS)", "topology": "Topology",
+    "latency_us": "Latency", "oversubscription": "Oversubscription", "kind": "Link technology",
+    "link_gbits_per_s": "Link speed", "switch_radix": "Switch radix", "pod_gpus": "Pod size (GPUs)",
+    "pod_oversubscription": "Oversubscription between pods", "group_gpus": "Dragonfly group (GPUs)",
+    "tp": "TP", "pp": "PP", "dp": "DP", "cp": "CP", "ep": "EP", "micro_batch": "Micro-batch",
+    "vpp": "Virtual stages (VPP)", "recompute": "Recompute", "sequence_parallel": "Sequence parallel",
+    "zero": "ZeRO stage", "rank_order": "Rank order", "name": "Name",
+}
+
+DEFAULTS = {
+    "model_preset": "Llama 3 70B", "num_gpus": 512, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
+    "fabric": "NDR InfiniBand fat tree", "training__global_batch": 512, "training__precision": "bf16",
+    "training__tokens": "15e12",
+}
+
+
+def field_label(f: Field) -> str:
+    label = LABELS.get(f.name, f.name.replace("_", " ").capitalize())
+    return f"{label} ({f.unit})" if f.unit else label
+
+
+def _form_field(f: Field, *, searchable: bool) -> forms.Field:
+    """A form field for one engine field. `searchable` (layout pins) adds a blank "search" choice."""
+    common = {"label": field_label(f), "help_text": f.help, "required": False}
+    if f.choices or (f.kind is bool and searchable):
+        options = [(c, c) for c in f.choices] if f.choices else [("true", "yes"), ("false", "no")]
+        blank = [("", "search")] if searchable else []
+        return forms.ChoiceField(choices=blank + options, **common)
+    if f.kind is bool:
+        return forms.BooleanField(**common)
+    if f.kind is str:
+        return forms.CharField(max_length=200, **common)
+    if f.hi is not None and f.hi >= 1e12:  # token counts read best as 15e12
+        widget: forms.Widget = forms.TextInput(attrs={"inputmode": "decimal", "placeholder": "e.g. 15e12"})
+    else:
+        attrs = {"step": 1 if f.kind is int else "any", "min": f"{f.lo:g}" if f.lo is not None else None,
+                 "max": f"{f.hi:g}" if f.hi is not None else None}
+        # Blank means "search" for a pin and "the engine's default" for an optional field.
+        attrs["placeholder"] = "search" if searchable else ("default" if f.default is None else None)
+        widget = forms.NumberInput(attrs={k: v for k, v in attrs.items() if v is not None})
+    # Numbers stay text here: the engine converts them and words the message when they are wrong.
+    return forms.CharField(max_length=40, widget=widget, **common)
+
+
+class PlanForm(forms.Form):
+    def __init__(self, *args: Any, catalog: Catalog, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.catalog = catalog
+        self.spec: PlanSpec | None = None
+        self.fields["model_preset"] = forms.ChoiceField(
+            label="Model", choices=self._choices("model", "custom architecture"),
+            help_text="A preset's values are used as they are; choose “custom architecture” to type your own.")
+        self._add_section("model")
+        self._add_section("training")
+        self.fields["num_gpus"] = forms.CharField(
+            label="GPUs", max_length=40, required=False, help_text="GPUs in the job: a multiple of GPUs per node.",
+            widget=forms.NumberInput(attrs={"min": 1, "step": 1}))
+        for hw in HARDWARE:
+            self.fields[hw] = forms.ChoiceField(
+                label={"gpu": "GPU", "node": "Node", "fabric": "Fabric"}[hw],
+                choices=self._choices(hw, f"custom {hw}"),
+                help_text="From the hardware catalog, or custom values.")
+            self._add_section(SECTION_OF[hw])
+        self._add_section("layout", searchable=True)
+
+    def _choices(self, section: str, custom_label: str) -> list[tuple[str, str]]:
+        return [(name, name) for name in sorted(self.catalog.get(section, {}))] + [(CUSTOM, custom_label)]
+
+    def _add_section(self, section: str, *, searchable: bool = False) -> None:
+        for f in SECTIONS[section]:
+            self.fields[f"{PREFIX[section]}__{f.name}"] = _form_field(f, searchable=searchable)
+
+    # -----------------------------------------------------------------------------------------------------
+    # Layout for the template
+
+    def fieldsets(self) -> list[dict[str, Any]]:
+        def names(prefix: str, exclude: tuple[str, ...] = (), only: tuple[str, ...] | None = None) -> list:
+            return [self[n] for n in self.fields if n.startswith(prefix + "__")
+                    and n.split("__", 1)[1] not in exclude and (only is None or n.split("__", 1)[1] in only)]
+
+        sets = [
+            {"id": "model", "title": "Model", "selector": self["model_preset"],
+             "fields": names("model", exclude=MODEL_MORE), "more": names("model", only=MODEL_MORE),
+             "more_title": "Mixture of experts and embeddings"},
+            {"id": "training", "title": "Training", "fields": names("training")},
+            {"id": "cluster", "title": "Cluster", "fields": [self["num_gpus"]]},
+        ]
+        for hw in HARDWARE:
+            sets.append({"id": hw, "title": self.fields[hw].label, "selector": self[hw], "custom": True,
+                         "fields": names(hw)})
+        sets.append({"id": "layout", "title": "Pin the layout (optional)", "fields": names("layout"),
+                     "collapsed": True,
+                     "intro": "Leave a field on “search” and the planner tries every valid value."})
+        return sets
+
+    # -----------------------------------------------------------------------------------------------------
+    # Validation: the engine's
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if self.errors:  # a choice outside the list; the engine would only repeat it
+            return cleaned
+        try:
+            self.spec = parse_spec(self.spec_data(), self.catalog)
+        except SpecError as err:
+            for e in err.errors:
+                target, own = self._field_for(e.field)
+                # Next to its own field the message needs no name; elsewhere it says which field it means.
+                self.add_error(target, e.message if own else str(e))
+        return cleaned
+
+    def spec_data(self) -> dict[str, Any]:
+        """The spec document this form describes (catalog rows by name, custom sections inline)."""
+        preset = self.cleaned_data.get("model_preset")
+        cluster: dict[str, Any] = {"num_gpus": self._value("num_gpus")}
+        for hw in HARDWARE:
+            choice = self.cleaned_data.get(hw)
+            cluster[hw] = self._section_values(hw) if choice == CUSTOM else choice
+        layout = {k: v for k, v in self._section_values("layout").items() if v is not None}
+        return {
+            "model": self._section_values("model") if preset == CUSTOM else dict(self.catalog["model"][preset]),
+            "training": self._section_values("training"),
+            "cluster": cluster,
+            "layout": layout,
+        }
+
+    def _value(self, name: str) -> Any:
+        value = self.cleaned_data.get(name)
+        return None if value == "" else value
+
+    def _section_values(self, prefix: str) -> dict[str, Any]:
+        return {f.name: self._value(f"{prefix}__{f.name}") for f in SECTIONS[SECTION_OF[prefix]]}
+
+    def _field_for(self, path: str) -> tuple[str | None, bool]:
+        """(form field that shows an engine message about spec field `path`, whether it is that field)."""
+        if path == "cluster.num_gpus":
+            return "num_gpus", True
+        if path in ("cluster.gpu", "cluster.node", "cluster.fabric"):
+            return path.split(".")[1], False
+        section, _, name = path.rpartition(".")
+        prefix = PREFIX.get(section)
+        if prefix is None or f"{prefix}__{name}" not in self.fields:
+            return None, False
+        selector = {"model": "model_preset", "gpu": "gpu", "node": "node", "fabric": "fabric"}.get(prefix)
+        if selector and self.cleaned_data.get(selector) != CUSTOM:
+            return selector, False  # the catalog row is at fault; its fields are not the ones being used
+        return f"{prefix}__{name}", True
+
+
+def initial_for(catalog: Catalog, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Initial form values: the defaults (Llama 3 70B on 512 H100s), or a saved plan's spec to edit a copy.
+
+    Every field below a catalog dropdown starts with that row's values, so "custom" starts from them.
+    """
+    if spec is None:
+        choices = {k: v for k, v in DEFAULTS.items() if k in HARDWARE + ("model_preset",)}
+        initial = {k: v for k, v in DEFAULTS.items() if k not in choices}
+        sections = {"model": catalog["model"].get(choices["model_preset"])}
+        sections.update({hw: catalog[hw].get(choices[hw]) for hw in HARDWARE})
+    else:
+        cluster = spec.get("cluster", {})
+        sections = {"model": spec.get("model")} | {hw: cluster.get(hw) for hw in HARDWARE}
+        choices = {"model_preset": _catalog_match(catalog["model"], sections["model"])}
+        choices.update({hw: _catalog_match(catalog[hw], sections[hw]) for hw in HARDWARE})
+        initial = {"num_gpus": cluster.get("num_gpus")}
+        initial.update({f"training__{k}": v for k, v in spec.get("training", {}).items()})
+        initial.update({f"layout__{k}": _as_choice(v) for k, v in spec.get("layout", {}).items() if v is not None})
+    for key, fields in sections.items():
+        if fields is None:
+            choices["model_preset" if key == "model" else key] = CUSTOM
+            continue
+        initial.update({f"{key}__{k}": v for k, v in fields.items() if v is not None})
+    return initial | choices
+
+
+def _catalog_match(table: dict[str, dict[str, Any]], fields: dict[str, Any] | None) -> str:
+    """The catalog row a saved section came from, if it still has those values; otherwise "custom"."""
+    if not fields:
+        return CUSTOM
+    row = table.get(fields.get("name", ""))
+    if row is not None and all(fields.get(k) == v for k, v in row.items()):
+        return row.get("name", fields["name"])
+    return CUSTOM
+
+
+def _as_choice(value: Any) -> Any:
+    return {True: "true", False: "false"}.get(value, value) if isinstance(value, bool) else value

@@ -1,0 +1,40 @@
+"""`manage.py catalog seed|export|import`: the hardware catalog as JSON, in fixture format."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+
+from webui import services
+
+
+class Command(BaseCommand):
+    help = "seed: add fixtures/*.json rows missing by name; export [FILE]: write the catalog; import FILE: load one."
+
+    def add_arguments(self, parser):
+        parser.add_argument("action", choices=["seed", "export", "import"])
+        parser.add_argument("file", nargs="?", help="JSON file (export: default stdout)")
+        parser.add_argument("--keep-existing", action="store_true", help="import: do not overwrite rows by name")
+
+    def handle(self, *args, action: str, file: str | None, keep_existing: bool, **options):
+        try:
+            if action == "seed":
+                self._report(services.catalog_seed())
+            elif action == "export":
+                text = json.dumps(services.catalog_export(), indent=1, ensure_ascii=False)
+                Path(file).write_text(text + "\n") if file else sys.stdout.write(text + "\n")
+            else:
+                if not file:
+                    raise CommandError("import needs a FILE")
+                rows = json.loads(Path(file).read_text())
+                self._report(services.catalog_import(rows=rows, update_existing=not keep_existing))
+        except (OSError, ValueError) as err:
+            raise CommandError(str(err)) from err
+        except ValidationError as err:
+            raise CommandError("\n".join(err.messages)) from err
+
+    def _report(self, counts: dict[str, int]) -> None:
+        self.stdout.write("catalog: {created} created, {updated} updated, {unchanged} unchanged".format(**counts))

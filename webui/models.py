@@ -1,0 +1,193 @@
+"""The hardware catalog (GPU types, node types, fabrics, model presets) and the Plan a planner asks for.
+
+Catalog columns carry the spec field names (planner/spec.py) plus `source`, so a row is a spec section as it
+stands and fixtures/*.json load straight in. Bounds, units and help text are not repeated here: `clean()`
+asks the engine, and the admin form reads the engine's field tables.
+"""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+
+from planner import SpecError, parse_spec
+from planner.catalog import spec_fields_of
+
+
+class CatalogRow(models.Model):
+    """A catalog entry: one spec section (`SECTION` in the engine's catalog) with a name and its source."""
+
+    SECTION = ""  # "gpu" | "node" | "fabric" | "model"
+    name = models.CharField(max_length=200, unique=True)
+    source = models.TextField(blank=True, help_text="Where these figures come from (datasheet, paper, table).")
+
+    class Meta:
+        abstract = True
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def spec_fields(self) -> dict[str, Any]:
+        """This row as the engine sees it: the spec fields only, empty ones left to the engine's defaults."""
+        values = {f.attname: getattr(self, f.attname) for f in self._meta.concrete_fields}
+        return spec_fields_of(self.SECTION, values)
+
+    def clean(self) -> None:
+        errors = section_errors(self.SECTION, self.spec_fields())
+        if errors:
+            raise ValidationError(errors)
+
+
+# A small, valid spec that each catalog row is dropped into, so the engine checks the row with the same
+# rules and messages as a real request. Only errors about the row's own section are kept.
+_PROBE: dict[str, Any] = {
+    "model": {"name": "probe", "layers": 2, "hidden": 64, "heads": 4, "vocab": 128, "seq_len": 16},
+    "training": {"global_batch": 8},
+    "cluster": {
+        "num_gpus": 1,
+        "gpu": {"peak_tflops": 100, "memory_gib": 80, "memory_gbytes_per_s": 1000},
+        "node": {"gpus": 1, "nvlink_gbytes_per_s": 100, "nics": 1, "nic_gbits_per_s": 100},
+        "fabric": {},
+    },
+}
+_SECTION_PATH = {"gpu": "cluster.gpu", "node": "cluster.node", "fabric": "cluster.fabric", "model": "model"}
+
+
+def section_errors(section: str, fields: dict[str, Any]) -> dict[str, list[str]]:
+    """{field name: [engine messages]} for one catalog row checked on its own."""
+    spec = {**_PROBE, "cluster": dict(_PROBE["cluster"])}
+    path = _SECTION_PATH[section]
+    if section == "model":
+        spec["model"] = fields
+    else:
+        spec["cluster"][section] = fields
+        if section == "node" and isinstance(fields.get("gpus"), int):
+            spec["cluster"]["num_gpus"] = fields["gpus"]
+    try:
+        parse_spec(spec)
+    except SpecError as err:
+        prefix = path + "."
+        return {
+            key.removeprefix(prefix): messages
+            for key, messages in err.as_dict().items()
+            if key.startswith(prefix)
+        }
+    return {}
+
+
+class GPUType(CatalogRow):
+    SECTION = "gpu"
+    peak_tflops = models.FloatField()
+    memory_gib = models.FloatField()
+    memory_gbytes_per_s = models.FloatField()
+    fp8_tflops = models.FloatField(null=True, blank=True)
+    sm_count = models.PositiveIntegerField(default=132)
+
+    class Meta(CatalogRow.Meta):
+        verbose_name = "GPU type"
+
+
+class NodeType(CatalogRow):
+    SECTION = "node"
+    gpus = models.PositiveIntegerField()
+    nvlink_domain_gpus = models.PositiveIntegerField(null=True, blank=True)
+    nvlink_gbytes_per_s = models.FloatField()
+    nics = models.PositiveIntegerField()
+    nic_gbits_per_s = models.FloatField()
+    nvlink_sharp = models.BooleanField(default=False)
+
+    class Meta(CatalogRow.Meta):
+        verbose_name = "node type"
+
+
+class Fabric(CatalogRow):
+    SECTION = "fabric"
+    topology = models.CharField(max_length=32, default="fat_tree")
+    kind = models.CharField(max_length=32, default="infiniband")
+    latency_us = models.FloatField(default=1.0)
+    oversubscription = models.FloatField(default=1.0)
+    link_gbits_per_s = models.FloatField(null=True, blank=True)
+    switch_radix = models.PositiveIntegerField(default=64)
+    pod_gpus = models.PositiveIntegerField(null=True, blank=True)
+    pod_oversubscription = models.FloatField(default=1.0)
+    group_gpus = models.PositiveIntegerField(null=True, blank=True)
+
+
+class ModelPreset(CatalogRow):
+    SECTION = "model"
+    layers = models.PositiveIntegerField()
+    hidden = models.PositiveIntegerField()
+    heads = models.PositiveIntegerField()
+    kv_heads = models.PositiveIntegerField(null=True, blank=True)
+    ffn_hidden = models.PositiveIntegerField(null=True, blank=True)
+    gated_mlp = models.BooleanField(default=False)
+    vocab = models.PositiveIntegerField()
+    seq_len = models.PositiveIntegerField()
+    experts = models.PositiveIntegerField(default=1)
+    top_k = models.PositiveIntegerField(default=1)
+    expert_ffn_hidden = models.PositiveIntegerField(null=True, blank=True)
+    shared_experts = models.PositiveIntegerField(default=0)
+    dense_layers = models.PositiveIntegerField(default=0)
+    tied_embeddings = models.BooleanField(default=False)
+
+
+CATALOG_MODELS: dict[str, type[CatalogRow]] = {
+    "gpu": GPUType, "node": NodeType, "fabric": Fabric, "model": ModelPreset,
+}
+
+
+class Plan(models.Model):
+    """One planning request and its answer. Shared by its UUID `code`; once done, it never changes."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    spec = models.JSONField(help_text="The canonical spec: every default filled in, catalog names expanded.")
+    spec_hash = models.CharField(max_length=64, db_index=True, help_text="sha256 of the canonical spec JSON.")
+    top = models.PositiveSmallIntegerField(default=10, help_text="How many ranked layouts to keep.")
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.title} ({self.status})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("plan-detail", args=[self.code])
+
+    @property
+    def title(self) -> str:
+        model = (self.spec or {}).get("model", {})
+        cluster = (self.spec or {}).get("cluster", {})
+        gpu = cluster.get("gpu", {}).get("name", "GPUs")
+        return f"{model.get('name', 'model')} on {cluster.get('num_gpus', '?')} × {gpu}"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status in (self.Status.QUEUED, self.Status.RUNNING)
+
+    @property
+    def run_time(self) -> timedelta | None:
+        if self.started_at and self.finished_at:
+            return self.finished_at - self.started_at
+        return None
+
+    def waited(self, now: datetime | None = None) -> timedelta:
+        return (now or timezone.now()) - self.created_at

@@ -1,0 +1,230 @@
+"""Business logic of the web app: the catalog as the engine sees it, and a plan's lifecycle.
+
+Views, the admin, the API, management commands and the Celery task all come here; none of them talks to the
+engine or changes a Plan's status directly. Functions are `<entity>_<action>` with keyword-only arguments.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.core import serializers
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+import planner
+from planner import PlanSpec, SpecError, parse_spec
+from planner.catalog import FIXTURES_DIR, Catalog
+
+from .models import CATALOG_MODELS, CatalogRow, Plan
+
+logger = logging.getLogger(__name__)
+
+_LABELS = {f"webui.{model._meta.model_name}": model for model in CATALOG_MODELS.values()}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Catalog
+
+
+def catalog_as_dict() -> Catalog:
+    """{"gpu"|"node"|"fabric"|"model": {name: spec fields}}: the catalog in the shape `parse_spec` takes."""
+    return {
+        section: {row.name: row.spec_fields() for row in model.objects.all()}
+        for section, model in CATALOG_MODELS.items()
+    }
+
+
+def catalog_export(*, rows: Iterable[CatalogRow] | None = None) -> list[dict[str, Any]]:
+    """Catalog rows in Django fixture format (the format of fixtures/*.json); all rows unless given."""
+    if rows is None:
+        rows = [row for model in CATALOG_MODELS.values() for row in model.objects.order_by("pk")]
+    return serializers.serialize("python", rows)
+
+
+def catalog_import(*, rows: Any, update_existing: bool = True) -> dict[str, int]:
+    """Load fixture-format rows, matched by name (not by pk, which differs between databases).
+
+    All or nothing: every row is checked with the engine's rules first; any problem raises one
+    ValidationError listing each bad row by position and name. Returns {"created", "updated", "unchanged"}.
+    """
+    if not isinstance(rows, list):
+        raise ValidationError("The file must hold a JSON list of catalog rows, as fixtures/*.json do.")
+    counts = {"created": 0, "updated": 0, "unchanged": 0}
+    problems: list[str] = []
+    with transaction.atomic():
+        for index, row in enumerate(rows, start=1):
+            try:
+                outcome = _catalog_row_load(row, update_existing=update_existing)
+            except ValidationError as err:
+                name = row.get("fields", {}).get("name", "?") if isinstance(row, dict) else "?"
+                problems.extend(f"row {index} ({name}): {m}" for m in _messages(err))
+                continue
+            counts[outcome] += 1
+        if problems:
+            transaction.set_rollback(True)
+            raise ValidationError(problems)
+    return counts
+
+
+def _catalog_row_load(row: Any, *, update_existing: bool) -> str:
+    if not isinstance(row, dict) or not isinstance(row.get("fields"), dict):
+        raise ValidationError('must be an object with "model" and "fields"')
+    model = _LABELS.get(str(row.get("model", "")).lower())
+    if model is None:
+        raise ValidationError(f"unknown model {row.get('model')!r} (known: {', '.join(sorted(_LABELS))})")
+    fields = row["fields"]
+    known = {f.name for f in model._meta.concrete_fields} - {"id"}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValidationError(f"unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    instance = model.objects.filter(name=fields.get("name")).first()
+    if instance is not None and not update_existing:
+        return "unchanged"
+    created = instance is None
+    instance = instance or model()
+    before = {k: getattr(instance, k) for k in fields} if not created else None
+    for key, value in fields.items():
+        setattr(instance, key, value)
+    instance.full_clean()
+    if not created and before == {k: getattr(instance, k) for k in fields}:
+        return "unchanged"
+    instance.save()
+    return "created" if created else "updated"
+
+
+def _messages(err: ValidationError) -> list[str]:
+    if hasattr(err, "error_dict"):
+        return [f"{field}: {m}" for field, ms in err.message_dict.items() for m in ms]
+    return list(err.messages)
+
+
+def catalog_seed(*, directory: Path | None = None) -> dict[str, int]:
+    """Add the shipped catalog (fixtures/*.json) to the database, leaving rows someone edited alone."""
+    rows: list[Any] = []
+    for path in sorted(Path(directory or FIXTURES_DIR).glob("*.json")):
+        rows.extend(json.loads(path.read_text()))
+    return catalog_import(rows=rows, update_existing=False)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Plans
+
+
+def spec_parse(*, data: Any, catalog: Catalog | None = None) -> PlanSpec:
+    """Validate a spec document against the database catalog. Raises SpecError naming each bad field."""
+    return parse_spec(data, catalog if catalog is not None else catalog_as_dict())
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    """sha256 of the canonical spec; identical requests hash alike (#4 uses it to de-duplicate)."""
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def plan_create(*, spec: PlanSpec, top: int = 10) -> Plan:
+    """Save a queued plan and enqueue its search once the row is committed (the worker must see it)."""
+    from .tasks import plan_run_task  # tasks import this module
+
+    canonical = spec.to_dict()
+    with transaction.atomic():
+        plan = Plan.objects.create(spec=canonical, spec_hash=spec_hash(canonical), top=top)
+        plan_run_task.delay_on_commit(plan.pk)
+    return plan
+
+
+def plan_run(*, plan_id: int) -> Plan | None:
+    """Run the engine's search for a queued plan and record the outcome. Safe to call twice.
+
+    A plan already done or failed is left as it is (a finished plan never changes); a plan found `running`
+    is run again, since that only happens when a worker died mid-search and the broker redelivered it.
+    """
+    now = timezone.now()
+    claimed = Plan.objects.filter(pk=plan_id, status__in=[Plan.Status.QUEUED, Plan.Status.RUNNING]).update(
+        status=Plan.Status.RUNNING, started_at=now, attempts=F("attempts") + 1
+    )
+    plan = Plan.objects.filter(pk=plan_id).first()
+    if plan is None:
+        logger.warning("plan %s does not exist; nothing to run", plan_id)
+        return None
+    if not claimed:
+        return plan
+    try:
+        result = _json_native(planner.plan(parse_spec(plan.spec), top=plan.top))
+    except SpecError as err:
+        return _plan_fail(plan, f"The saved spec is not valid for this engine version: {err}")
+    except SoftTimeLimitExceeded:
+        limit = settings.CELERY_TASK_SOFT_TIME_LIMIT
+        return _plan_fail(plan, f"The search took longer than {limit} s and was stopped. "
+                                "Pin part of the layout (TP, PP) to make the search smaller.")
+    except Exception as err:  # the engine failing must give a failed plan with a message, not a lost one
+        logger.exception("plan %s: the engine failed", plan.code)
+        return _plan_fail(plan, f"The engine failed: {type(err).__name__}: {err}")
+    Plan.objects.filter(pk=plan.pk, status=Plan.Status.RUNNING).update(
+        status=Plan.Status.DONE, result=result, error="", finished_at=timezone.now()
+    )
+    plan.refresh_from_db()
+    return plan
+
+
+def _plan_fail(plan: Plan, message: str) -> Plan:
+    Plan.objects.filter(pk=plan.pk, status=Plan.Status.RUNNING).update(
+        status=Plan.Status.FAILED, error=message[:4000], finished_at=timezone.now()
+    )
+    plan.refresh_from_db()
+    return plan
+
+
+def _json_native(value: Any) -> Any:
+    """The answer as plain JSON: non-finite floats become null (PostgreSQL's jsonb refuses NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_native(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_native(v) for v in value]
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    if hasattr(value, "item"):  # a numpy scalar slipped through: take its Python value
+        return _json_native(value.item())
+    raise TypeError(f"the engine's answer holds a {type(value).__name__}, which is not JSON")
+
+
+def plan_retry(*, plan: Plan) -> Plan:
+    """Try a failed plan again as a new plan with the same spec; the failed one stays as it was."""
+    if plan.status != Plan.Status.FAILED:
+        return plan
+    return plan_create(spec=parse_spec(plan.spec), top=plan.top)
+
+
+def plan_queue_position(*, plan: Plan) -> int:
+    """How many queued plans were asked for before this one."""
+    return Plan.objects.filter(status=Plan.Status.QUEUED, created_at__lt=plan.created_at).count()
+
+
+def plan_as_dict(*, plan: Plan) -> dict[str, Any]:
+    """The JSON API's view of a plan: status always, the answer once done, the message once failed."""
+    data: dict[str, Any] = {
+        "code": str(plan.code),
+        "url": plan.get_absolute_url(),
+        "status": plan.status,
+        "created_at": plan.created_at.isoformat(),
+        "started_at": plan.started_at.isoformat() if plan.started_at else None,
+        "finished_at": plan.finished_at.isoformat() if plan.finished_at else None,
+        "spec": plan.spec,
+    }
+    if plan.status == Plan.Status.QUEUED:
+        data["queue_position"] = plan_queue_position(plan=plan)
+    if plan.status == Plan.Status.DONE:
+        data["result"] = plan.result
+    if plan.status == Plan.Status.FAILED:
+        data["error"] = plan.error
+    return data

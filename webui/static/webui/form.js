@@ -1,0 +1,57 @@
+// The plan form: a catalog choice fills the fields below it; editing one of those switches to "custom".
+// Hardware custom fields show only for "custom". Without this script the server applies the same rule:
+// a catalog row's values are used as they are, and custom fields only when "custom" is chosen.
+(function () {
+  "use strict";
+  var CUSTOM = "custom";
+  var catalog = JSON.parse(document.getElementById("catalog-data").textContent);
+  var selectors = {model_preset: "model", gpu: "gpu", node: "node", fabric: "fabric"};
+
+  function inputsOf(prefix) {
+    return document.querySelectorAll("[name^='" + prefix + "__']");
+  }
+
+  function fill(prefix, row) {
+    inputsOf(prefix).forEach(function (input) {
+      var key = input.name.slice(prefix.length + 2);
+      var value = row[key];
+      if (input.type === "checkbox") input.checked = value === true;
+      else input.value = (value === undefined || value === null) ? "" : value;
+    });
+  }
+
+  Object.keys(selectors).forEach(function (name) {
+    var select = document.querySelector("[name='" + name + "']");
+    if (!select) return;
+    var section = selectors[name];
+    var prefix = section === "model" ? "model" : name;
+    var custom = select.closest("fieldset").querySelector(".custom-fields");
+
+    function showCustom() {
+      if (!custom) return;
+      var on = select.value === CUSTOM;
+      custom.hidden = !on;
+      custom.querySelectorAll("input, select").forEach(function (el) { el.disabled = !on; });
+    }
+
+    select.addEventListener("change", function () {
+      var row = catalog[section][select.value];
+      if (row) fill(prefix, row);
+      showCustom();
+    });
+
+    inputsOf(prefix).forEach(function (input) {
+      var ev = input.tagName === "SELECT" || input.type === "checkbox" ? "change" : "input";
+      input.addEventListener(ev, function () {
+        if (select.value === CUSTOM) return;
+        var nameInput = document.querySelector("[name='" + prefix + "__name']");
+        if (nameInput && input !== nameInput && nameInput.value === select.value) {
+          nameInput.value = select.value + " (modified)";
+        }
+        select.value = CUSTOM;
+        showCustom();
+      });
+    });
+    showCustom();
+  });
+})();

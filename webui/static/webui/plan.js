@@ -1,0 +1,51 @@
+// The plan page: draw the charts the server sent as data, or, while the plan is queued or running,
+// poll its status and reload once it is done or failed (no blank page, no manual refresh).
+(function () {
+  "use strict";
+
+  function drawCharts() {
+    var holder = document.getElementById("figures-data");
+    if (!holder || typeof Plotly === "undefined") return;
+    var figures = JSON.parse(holder.textContent);
+    document.querySelectorAll("[data-figure]").forEach(function (div) {
+      var fig = figures[div.dataset.figure];
+      if (fig) Plotly.newPlot(div, fig.data, fig.layout, {responsive: true, displaylogo: false});
+    });
+  }
+
+  function watchProgress() {
+    var box = document.getElementById("plan-progress");
+    if (!box) return;
+    var text = document.getElementById("progress-text");
+    var elapsed = document.getElementById("progress-elapsed");
+    var badge = document.getElementById("plan-status");
+    var started = Date.now() - 1000 * parseFloat(elapsed.textContent || "0");
+    var delay = 700;
+
+    setInterval(function () {
+      var seconds = Math.round((Date.now() - started) / 1000);
+      elapsed.textContent = seconds;
+      if (seconds > 30) document.getElementById("progress-slow").hidden = false;
+    }, 1000);
+
+    function poll() {
+      fetch(box.dataset.statusUrl, {headers: {"Accept": "application/json"}})
+        .then(function (r) { return r.json(); })
+        .then(function (plan) {
+          if (plan.status === "done" || plan.status === "failed") { window.location.reload(); return; }
+          badge.textContent = plan.status;
+          badge.className = "badge status-" + plan.status;
+          if (plan.status === "running") text.textContent = "Searching the layouts…";
+          else if (plan.queue_position) text.textContent = "Queued behind " + plan.queue_position +
+            " other plan" + (plan.queue_position === 1 ? "" : "s") + ": waiting for a worker to pick it up.";
+          delay = Math.min(delay * 1.3, 3000);
+          setTimeout(poll, delay);
+        })
+        .catch(function () { setTimeout(poll, 3000); });
+    }
+    setTimeout(poll, delay);
+  }
+
+  drawCharts();
+  watchProgress();
+})();

@@ -1,0 +1,74 @@
+"""Numbers as capacity planners read them: durations in s/h/days, rates with thousands separators."""
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def duration(seconds: Any) -> str:
+    """3.2 s, 14.5 min, 6.3 h, 41.2 days, 2.1 years."""
+    try:
+        s = float(seconds)
+    except (TypeError, ValueError):
+        return "–"
+    for limit, unit, scale in ((1, "ms", 1e-3), (120, "s", 1), (7200, "min", 60), (172800, "h", 3600),
+                               (2 * 365 * 86400, "days", 86400)):
+        if s < limit:
+            return f"{s / scale:.3g} {unit}" if unit != "ms" else f"{s * 1e3:.3g} ms"
+    return f"{s / (365 * 86400):.3g} years"
+
+
+@register.filter
+def number(value: Any, digits: int = 3) -> str:
+    """Three significant digits, with thousands separators for big ones: 104,500 / 0.449 / 1.2e+15."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return "–"
+    if abs(x) >= 1e12:
+        return f"{x:.{digits}g}"
+    if abs(x) >= 10 ** digits:
+        return f"{round(x):,}"
+    return f"{x:.{digits}g}"
+
+
+@register.filter
+def percent(value: Any) -> str:
+    try:
+        return f"{float(value) * 100:.1f}%"
+    except (TypeError, ValueError):
+        return "–"
+
+
+@register.filter
+def get(mapping: Any, key: str) -> Any:
+    return mapping.get(key) if isinstance(mapping, dict) else None
+
+
+@register.filter
+def reason(key: str) -> str:
+    """`tp_crosses_nvlink_domain` -> `TP crosses NVLink domain` when the engine gave no example."""
+    words = str(key).replace("_", " ").split()
+    known = {"tp": "TP", "pp": "PP", "dp": "DP", "cp": "CP", "ep": "EP", "nvlink": "NVLink", "vpp": "VPP"}
+    text = " ".join(known.get(w, w) for w in words)
+    return text[:1].upper() + text[1:]
+
+
+@register.filter
+def by_count(counts: Any) -> list[tuple[str, Any]]:
+    """A {reason: count} dict as pairs, most frequent first."""
+    if not isinstance(counts, dict):
+        return []
+    return sorted(counts.items(), key=lambda kv: (-(kv[1] if isinstance(kv[1], (int, float)) else 0), kv[0]))
+
+
+@register.filter
+def as_json(value: Any) -> str:
+    """Pretty JSON for a <pre> block (autoescaped by the template)."""
+    import json
+
+    return json.dumps(value, indent=2, ensure_ascii=False)

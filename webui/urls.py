@@ -1,0 +1,17 @@
+from django.contrib import admin
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("", views.plan_new, name="plan-new"),
+    path("plans/<uuid:code>/", views.plan_detail, name="plan-detail"),
+    path("plans/<uuid:code>/retry/", views.plan_retry, name="plan-retry"),
+    path("api/plans", views.api_plans, name="api-plans"),
+    path("api/plans/<uuid:code>", views.api_plan, name="api-plan"),
+    path("api/catalog", views.api_catalog, name="api-catalog"),
+    path("admin/", admin.site.urls),
+]
+
+handler404 = "webui.views.not_found"
+handler500 = "webui.views.server_error"

@@ -1,0 +1,117 @@
+"""Short function views: a form or a lookup, one service call, a redirect or a render. Logic is in services."""
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from planner import SpecError
+
+from . import charts, services
+from .forms import PlanForm, initial_for
+from .models import Plan
+
+
+@require_http_methods(["GET", "POST"])
+def plan_new(request: HttpRequest) -> HttpResponse:
+    catalog = services.catalog_as_dict()
+    if request.method == "POST":
+        form = PlanForm(request.POST, catalog=catalog)
+        if form.is_valid():
+            plan = services.plan_create(spec=form.spec)
+            return redirect(plan)
+    else:
+        source = Plan.objects.filter(code=request.GET["from"]).first() if _is_uuid(request.GET.get("from")) else None
+        form = PlanForm(catalog=catalog, initial=initial_for(catalog, source.spec if source else None))
+    return render(request, "webui/plan_form.html", {"form": form, "catalog": catalog})
+
+
+@require_GET
+def plan_detail(request: HttpRequest, code: str) -> HttpResponse:
+    plan = get_object_or_404(Plan, code=code)
+    context: dict[str, Any] = {"plan": plan, "figures": charts.plan_figures(plan.result)}
+    if plan.status == Plan.Status.QUEUED:
+        context["queue_position"] = services.plan_queue_position(plan=plan)
+    return render(request, "webui/plan_detail.html", context)
+
+
+@require_POST
+def plan_retry(request: HttpRequest, code: str) -> HttpResponse:
+    plan = get_object_or_404(Plan, code=code)
+    return redirect(services.plan_retry(plan=plan))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# JSON API
+
+
+@csrf_exempt
+@require_POST
+def api_plans(request: HttpRequest) -> JsonResponse:
+    try:
+        data = json.loads(request.body or b"null")
+    except RequestDataTooBig:
+        return _errors({"spec": ["is too large (at most 1 MiB)"]}, status=413)
+    except ValueError as err:  # not JSON, or not UTF-8
+        return _errors({"spec": [f"is not valid JSON: {err}"]})
+    try:
+        spec = services.spec_parse(data=data)
+    except SpecError as err:
+        return _errors(err.as_dict())
+    plan = services.plan_create(spec=spec, top=_top(request))
+    body = {"code": str(plan.code), "url": request.build_absolute_uri(plan.get_absolute_url()), "status": plan.status}
+    return JsonResponse(body, status=201)
+
+
+@require_GET
+def api_plan(request: HttpRequest, code: str) -> JsonResponse:
+    plan = get_object_or_404(Plan, code=code)
+    data = services.plan_as_dict(plan=plan)
+    data["url"] = request.build_absolute_uri(data["url"])
+    return JsonResponse(data)
+
+
+@require_GET
+def api_catalog(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(services.catalog_as_dict())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Errors: JSON under /api/, pages elsewhere; never a stack trace.
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": "not found"}, status=404)
+    return render(request, "webui/404.html", status=404)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": "internal error; the plan, if saved, is kept"}, status=500)
+    return render(request, "webui/500.html", status=500)
+
+
+def _errors(errors: dict[str, list[str]], status: int = 400) -> JsonResponse:
+    return JsonResponse({"errors": errors}, status=status)
+
+
+def _top(request: HttpRequest) -> int:
+    try:
+        return min(50, max(1, int(request.GET.get("top", 10))))
+    except ValueError:
+        return 10
+
+
+def _is_uuid(value: str | None) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
