@@ -7,4 +7,12 @@ Public entry points:
 from .errors import FieldError, SpecError
 from .spec import PlanSpec, parse_spec
 
-__all__ = ["FieldError", "PlanSpec", "SpecError", "parse_spec"]
+
+def plan(spec: PlanSpec, top: int = 10) -> dict:
+    """Search every layout of `spec`; see planner.report.plan. Imported lazily so that parsing a spec
+    does not load the cost model."""
+    from .report import plan as _plan
+    return _plan(spec, top=top)
+
+
+__all__ = ["FieldError", "PlanSpec", "SpecError", "parse_spec", "plan"]

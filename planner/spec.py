@@ -476,11 +476,11 @@ def _check_layout(lay: dict[str, Any], num_gpus: int, m: dict[str, Any], t: dict
     hardware (TP across an NVLink domain, out of memory) are rejections the search reports."""
     axes = [a for a in ("tp", "cp", "pp", "dp") if lay[a] is not None]
     product = math.prod(lay[a] for a in axes)
-    if axes and num_gpus % product:
+    if len(axes) == 4 and product != num_gpus:
+        errs.add("layout.dp", f"tp·cp·pp·dp = {product} must equal cluster.num_gpus ({num_gpus})")
+    elif axes and num_gpus % product:
         names = "·".join(axes)
         errs.add(f"layout.{axes[-1]}", f"{names} = {product} must divide cluster.num_gpus ({num_gpus})")
-    elif len(axes) == 4 and product != num_gpus:
-        errs.add("layout.dp", f"tp·cp·pp·dp = {product} must equal cluster.num_gpus ({num_gpus})")
     if lay["dp"] is not None and t["global_batch"] % lay["dp"]:
         errs.add("layout.dp", f"must divide training.global_batch ({t['global_batch']})")
     if lay["micro_batch"] is not None and lay["micro_batch"] > t["global_batch"]:

@@ -1,0 +1,105 @@
+"""Command line: `python -m planner plan SPEC.json [--top N] [--format json|table]`.
+
+Bad input exits with status 2 and the field-named messages on stderr, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+from .catalog import load_catalog
+from .errors import SpecError
+from .report import plan
+from .spec import parse_spec
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m planner", description="Plan the layout of a training job.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plan", help="search the layouts of a plan spec and print the answer")
+    p.add_argument("spec", help="path to the spec JSON (see PLAN_SPEC.md), or - for standard input")
+    p.add_argument("--top", type=_positive, default=10, help="how many ranked plans to print (default 10)")
+    p.add_argument("--format", choices=("json", "table"), default="json", help="json (default) or table")
+    sub.add_parser("catalog", help="list the hardware catalog and model presets by name")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "catalog":
+            print(json.dumps({k: sorted(v) for k, v in load_catalog().items()}, indent=2))
+            return 0
+        spec = parse_spec(_read_spec(args.spec), load_catalog())
+        answer = plan(spec, top=args.top)
+    except SpecError as exc:
+        print(f"error: invalid spec {args.spec}:", file=sys.stderr)
+        for err in exc.errors:
+            print(f"  {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # noqa: BLE001 - the CLI promises no tracebacks; PLANNER_DEBUG=1 shows them
+        if os.environ.get("PLANNER_DEBUG"):
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc} (set PLANNER_DEBUG=1 for details)", file=sys.stderr)
+        return EXIT_INTERNAL
+    if args.format == "table":
+        print_table(answer, sys.stdout)
+    else:
+        json.dump(answer, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--top must be a whole number, not {text!r}") from None
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError("--top must be between 1 and 1000")
+    return value
+
+
+def _read_spec(path: str) -> Any:
+    """Read and decode the spec file; I/O and JSON problems become SpecErrors naming the file."""
+    try:
+        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+    except OSError as exc:
+        raise SpecError.one("spec", f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise SpecError.one("spec", f"{path} is not UTF-8 text") from None
+    if len(text) > 1_000_000:
+        raise SpecError.one("spec", "is larger than 1 MB; a plan spec is a few hundred bytes")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError.one("spec", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+
+
+def print_table(answer: dict[str, Any], out: TextIO) -> None:
+    spec = answer["spec"]
+    m, c = spec["model"], spec["cluster"]
+    out.write(f"{m['name']}: {answer['model']['params'] / 1e9:.1f}B parameters, {c['num_gpus']} x {c['gpu']['name']}"
+              f" ({c['node']['name']}, {c['fabric']['name']})\n")
+    out.write(f"searched {answer['searched']} layouts, {answer['feasible']} feasible, "
+              f"in {answer['elapsed_s']:.2f} s\n\n")
+    if answer["plans"]:
+        out.write(f"best: {answer['plans'][0]['description']}\n\n")
+        header = f"{'#':>3}  {'layout':<46} {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'GiB':>6}  exposed time (s)\n"
+        out.write(header)
+        for p in answer["plans"]:
+            parts = ", ".join(f"{k} {v:.3g}" for k, v in p["time_s"].items() if v > 0)
+            out.write(f"{p['rank']:>3}  {p['label']:<46} {p['step_time_s']:>9.3f} {p['tokens_per_s']:>11.0f} "
+                      f"{p['mfu']:>6.1%} {p['memory_gib']['total']:>6.1f}  {parts}\n")
+        best = answer["plans"][0]
+        if best["time_to_train_s"]:
+            out.write(f"\ntime to train {spec['training']['tokens']:.3g} tokens: "
+                      f"{best['time_to_train_s'] / 86400:.1f} days, {best['gpu_hours']:.3g} GPU-hours\n")
+    else:
+        out.write("no feasible layout\n")
+    if answer["rejected"]:
+        out.write("\nrejected:\n")
+        for reason, count in answer["rejected"].items():
+            out.write(f"  {count:>8}  {reason}: e.g. {answer['rejected_examples'][reason]}\n")

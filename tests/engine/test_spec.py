@@ -1,0 +1,151 @@
+"""The spec boundary: every class of bad input gets a message naming the field and the rule."""
+from __future__ import annotations
+
+import pytest
+
+from planner import SpecError, parse_spec
+from planner.spec import MAX_GPUS
+
+from .conftest import EXAMPLES, example
+
+
+def errors_of(doc, catalog=None) -> dict[str, list[str]]:
+    with pytest.raises(SpecError) as info:
+        parse_spec(doc, catalog)
+    return info.value.as_dict()
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.json")), ids=lambda p: p.stem)
+def test_it_accepts_every_shared_example(path, catalog):
+    spec = parse_spec(example(path.stem), catalog)
+    assert spec.cluster.num_gpus % spec.cluster.node.gpus == 0
+
+
+def test_it_fills_defaults(gpt3_doc):
+    spec = parse_spec(gpt3_doc)
+    assert spec.model.kv_heads == 96
+    assert spec.model.ffn_hidden == 4 * 12288
+    assert spec.model.experts == 1 and spec.model.top_k == 1
+    assert spec.cluster.node.nvlink_domain_gpus == 8
+    assert spec.training.attention == "flash"
+    assert spec.layout.pinned() == {}
+
+
+def test_canonical_form_round_trips(gpt3_doc, catalog):
+    spec = parse_spec(gpt3_doc, catalog)
+    assert parse_spec(spec.to_dict(), catalog) == spec
+
+
+def test_inline_hardware_inherits_catalog_fields_by_name(gpt3_doc, catalog):
+    # The shared example names "A100 SXM4 80GB" inline without sm_count: the catalog entry supplies 108.
+    assert parse_spec(gpt3_doc, catalog).cluster.gpu.sm_count == 108
+    assert parse_spec(gpt3_doc).cluster.gpu.sm_count == 132  # no catalog: the documented default
+
+
+def test_catalog_names_resolve(gpt3_doc, catalog):
+    gpt3_doc["cluster"].update(gpu="H100 SXM5 80GB", node="DGX H100", fabric="NDR InfiniBand fat tree")
+    spec = parse_spec(gpt3_doc, catalog)
+    assert spec.cluster.gpu.peak_tflops == 989
+    assert spec.cluster.node.nic_gbits_per_s == 400
+    assert spec.cluster.fabric.topology == "fat_tree"
+
+
+def test_heads_must_divide_hidden(gpt3_doc):
+    gpt3_doc["model"]["heads"] = 100
+    assert errors_of(gpt3_doc) == {"model.heads": ["must divide model.hidden (12288)"]}
+
+
+def test_kv_heads_must_divide_heads(gpt3_doc):
+    gpt3_doc["model"]["kv_heads"] = 7
+    assert errors_of(gpt3_doc) == {"model.kv_heads": ["must divide model.heads (96)"]}
+
+
+def test_gpu_count_must_fill_nodes(gpt3_doc):
+    gpt3_doc["cluster"]["num_gpus"] = 1020
+    assert "cluster.num_gpus" in errors_of(gpt3_doc)
+    assert "multiple of node.gpus (8)" in errors_of(gpt3_doc)["cluster.num_gpus"][0]
+
+
+def test_part_of_one_node_is_allowed(gpt3_doc):
+    gpt3_doc["cluster"]["num_gpus"] = 4
+    assert parse_spec(gpt3_doc).cluster.num_gpus == 4
+
+
+@pytest.mark.parametrize("section, key, value, expected", [
+    ("model", "layers", 0, "must be at least 1 (got 0)"),
+    ("model", "layers", 1e9, "must be at most 2048"),
+    ("model", "seq_len", 10**9, "must be at most"),
+    ("model", "hidden", "wide", "must be a number, not 'wide'"),
+    ("model", "hidden", 1.5, "must be a whole number (got 1.5)"),
+    ("model", "hidden", True, "must be a number, not bool"),
+    ("model", "gated_mlp", "yes", "must be true or false"),
+    ("model", "vocab", None, "is required"),
+    ("training", "precision", "fp4", "must be one of bf16, fp16, fp8"),
+    ("training", "global_batch", -1, "must be at least 1"),
+    ("training", "global_batch", float("nan"), "must be a number"),
+])
+def test_field_errors_name_the_field(gpt3_doc, section, key, value, expected):
+    gpt3_doc[section][key] = value
+    errs = errors_of(gpt3_doc)
+    assert expected in errs[f"{section}.{key}"][0]
+
+
+def test_absurd_sizes_are_bounded(gpt3_doc):
+    gpt3_doc["cluster"]["num_gpus"] = MAX_GPUS * 8
+    assert "must be at most" in errors_of(gpt3_doc)["cluster.num_gpus"][0]
+
+
+def test_unknown_fields_are_rejected(gpt3_doc):
+    gpt3_doc["model"]["hiden"] = 5
+    gpt3_doc["extra"] = {}
+    errs = errors_of(gpt3_doc)
+    assert errs["model.hiden"][0].startswith("unknown field (known:")
+    assert errs["extra"] == ["unknown section (known: model, training, cluster, layout)"]
+
+
+def test_every_problem_is_reported_at_once(gpt3_doc):
+    gpt3_doc["model"]["layers"] = 0
+    gpt3_doc["training"]["precision"] = "int4"
+    gpt3_doc["cluster"]["gpu"]["memory_gib"] = -3
+    assert set(errors_of(gpt3_doc)) == {"model.layers", "training.precision", "cluster.gpu.memory_gib"}
+
+
+@pytest.mark.parametrize("doc, field", [
+    ([], "spec"), ("text", "spec"), (None, "spec"), ({}, "model"),
+    ({"model": [], "training": {}, "cluster": {}}, "model"),
+])
+def test_wrong_shapes_are_field_errors(doc, field):
+    assert field in errors_of(doc)
+
+
+def test_unknown_catalog_name(gpt3_doc, catalog):
+    gpt3_doc["cluster"]["gpu"] = "Z9000"
+    msg = errors_of(gpt3_doc, catalog)["cluster.gpu"][0]
+    assert msg.startswith("unknown catalog name 'Z9000' (known: A100 SXM4 40GB")
+
+
+def test_fp8_needs_fp8_tensor_cores(gpt3_doc, catalog):
+    gpt3_doc["training"]["precision"] = "fp8"
+    assert "has none" in errors_of(gpt3_doc, catalog)["training.precision"][0]   # A100: fp8_tflops 0
+    gpt3_doc["cluster"]["gpu"] = {"name": "my H100", "peak_tflops": 989, "memory_gib": 80, "memory_gbytes_per_s": 3350}
+    assert parse_spec(gpt3_doc).cluster.gpu.fp8_peak_tflops == 1978  # unset: twice the BF16 peak
+
+
+def test_pins_that_contradict_the_gpu_count(gpt3_doc):
+    gpt3_doc["layout"] = {"tp": 8, "pp": 16, "dp": 16, "cp": 1}
+    assert errors_of(gpt3_doc) == {"layout.dp": ["tp·cp·pp·dp = 2048 must equal cluster.num_gpus (1024)"]}
+    gpt3_doc["layout"] = {"tp": 3}
+    assert "must divide cluster.num_gpus (1024)" in errors_of(gpt3_doc)["layout.tp"][0]
+
+
+def test_pinned_dp_must_divide_the_batch(gpt3_doc):
+    gpt3_doc["layout"] = {"dp": 1024}
+    assert errors_of(gpt3_doc)["layout.dp"] == ["must divide training.global_batch (1536)"]
+
+
+def test_form_style_strings_are_accepted(gpt3_doc):
+    gpt3_doc["model"]["layers"] = "96"
+    gpt3_doc["model"]["gated_mlp"] = "false"
+    gpt3_doc["layout"] = {"tp": "", "recompute": "full"}
+    spec = parse_spec(gpt3_doc)
+    assert spec.model.layers == 96 and spec.layout.pinned() == {"recompute": "full"}
