@@ -1,0 +1,96 @@
+"""The compute-time model: shape-, precision- and bandwidth-dependent, not a constant rate."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner import constants as C
+from planner import parse_spec
+from planner.compute import Shard, attention_times, elementwise_bytes, gemm_time, layer_times
+
+
+@pytest.fixture
+def h100(catalog, gpt3_doc):
+    gpt3_doc["cluster"].update(gpu="H100 SXM5 80GB", node="DGX H100", fabric="NDR InfiniBand fat tree")
+    return parse_spec(gpt3_doc, catalog)
+
+
+def tflops(m, n, k, gpu, fp8=False) -> float:
+    return 2 * m * n * k / gemm_time(m, n, k, gpu, fp8) / 1e12
+
+
+def test_a_large_gemm_runs_near_the_sustained_peak(h100):
+    gpu = h100.cluster.gpu
+    achieved = tflops(8192, 8192, 8192, gpu)
+    # 4096 tiles over 132 SMs: 32 waves, 97% utilised; K-efficiency 8192 / (8192 + K_HALF).
+    expected = 989 * C.GEMM_EFFICIENCY * (4096 / (32 * 132)) * 8192 / (8192 + C.GEMM_K_HALF)
+    assert achieved == pytest.approx(expected, rel=0.01)
+
+
+def test_tensor_parallel_splits_lower_gemm_efficiency(h100):
+    gpu = h100.cluster.gpu
+    # The projection after TP: K = h / tp shrinks as TP grows.
+    whole, split = tflops(8192, 12288, 12288, gpu), tflops(8192, 12288, 12288 / 16, gpu)
+    assert split < 0.95 * whole
+
+
+def test_wave_quantization_penalises_a_partial_last_wave(h100):
+    gpu = h100.cluster.gpu  # 132 SMs; a 12 x 11 grid of 128 x 128 tiles fills exactly one wave
+    full_wave = tflops(128 * 12, 128 * 11, 8192, gpu)
+    one_more_column = tflops(128 * 12, 128 * 11 + 1, 8192, gpu)
+    assert one_more_column < 0.6 * full_wave
+
+
+def test_a_skinny_gemm_is_memory_bound(h100):
+    gpu = h100.cluster.gpu
+    m, n, k = 8, 16384, 16384
+    memory_s = (m * k + k * n) * 2 + 2 * m * n
+    memory_s /= gpu.memory_gbytes_per_s * 1e9 * C.HBM_EFFICIENCY
+    assert float(gemm_time(m, n, k, gpu)) == pytest.approx(memory_s + C.KERNEL_OVERHEAD_S, rel=1e-6)
+
+
+def test_fp8_gemms_are_faster_but_not_twice(h100):
+    gpu = h100.cluster.gpu
+    speedup = tflops(8192, 8192, 8192, gpu, fp8=True) / tflops(8192, 8192, 8192, gpu)
+    assert speedup == pytest.approx(2 * C.FP8_GEMM_RELATIVE_EFFICIENCY, rel=0.01)
+
+
+def shard(tp=8, cp=1, ep=1, mb=1, sp=True) -> Shard:
+    return Shard(*(np.array([v]) for v in (tp, cp, ep, mb, sp)))
+
+
+def test_memory_bound_work_follows_hbm_bandwidth(catalog, gpt3_doc):
+    gpt3_doc["cluster"].update(node="DGX H100", fabric="NDR InfiniBand fat tree")
+    times = {}
+    for gpu in ("H100 SXM5 80GB", "H200 SXM 141GB"):  # same tensor cores, 3.35 vs 4.8 TB/s
+        gpt3_doc["cluster"]["gpu"] = gpu
+        spec = parse_spec(gpt3_doc, catalog)
+        times[gpu] = layer_times(spec.model, spec.cluster.gpu, spec.training, shard(mb=4)).fwd[0]
+    assert times["H200 SXM 141GB"] < times["H100 SXM5 80GB"]
+
+
+def test_sequence_parallelism_divides_the_replicated_elementwise_work(h100):
+    plain = elementwise_bytes(h100.model, h100.training, shard(sp=False))[0]
+    split = elementwise_bytes(h100.model, h100.training, shard(sp=True))[0]
+    h = 12288
+    # GPT-style: 2 norms (2h each) + 2 bias-dropout-adds (3.5h each) = 11h elements of 2 bytes, on every rank.
+    assert plain - split == pytest.approx(2 * 11 * h * (1 - 1 / 8))
+
+
+def test_unfused_attention_costs_more_than_flash_at_long_sequences(h100):
+    flash = attention_times(h100.model, h100.cluster.gpu, h100.training, shard())
+    unfused_training = type(h100.training)(**{**h100.training.__dict__, "attention": "unfused"})
+    unfused = attention_times(h100.model, h100.cluster.gpu, unfused_training, shard())
+    assert unfused[0][0] > 1.5 * flash[0][0]
+    assert flash[1][0] == pytest.approx(C.FLASH_BACKWARD_FACTOR * flash[0][0])
+
+
+def test_backward_costs_about_twice_the_forward(h100):
+    lt = layer_times(h100.model, h100.cluster.gpu, h100.training, shard(mb=2))
+    assert 1.9 < lt.bwd[0] / lt.fwd[0] < 2.4
+
+
+def test_context_parallel_splits_the_work(h100):
+    one = layer_times(h100.model, h100.cluster.gpu, h100.training, shard(cp=1)).fwd[0]
+    two = layer_times(h100.model, h100.cluster.gpu, h100.training, shard(cp=2)).fwd[0]
+    assert 0.45 < two / one < 0.6
