@@ -45,6 +45,10 @@ LABELS = {
     "zero": "ZeRO stage", "rank_order": "Rank order", "name": "Name",
 }
 
+# Only for engine fields that have no help text of their own yet.
+FALLBACK_HELP = {"name": "Free text, shown on the plan page.",
+                 "topology": "How the switches connect the nodes: fat tree, rail-optimized, dragonfly or torus."}
+
 DEFAULTS = {
     "model_preset": "Llama 3 70B", "num_gpus": 512, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
     "fabric": "NDR InfiniBand fat tree", "training__global_batch": 512, "training__precision": "bf16",
@@ -59,7 +63,7 @@ def field_label(f: Field) -> str:
 
 def _form_field(f: Field, *, searchable: bool) -> forms.Field:
     """A form field for one engine field. `searchable` (layout pins) adds a blank "search" choice."""
-    common = {"label": field_label(f), "help_text": f.help, "required": False}
+    common = {"label": field_label(f), "help_text": f.help or FALLBACK_HELP.get(f.name, ""), "required": False}
     if f.choices or (f.kind is bool and searchable):
         options = [(c, c) for c in f.choices] if f.choices else [("true", "yes"), ("false", "no")]
         blank = [("", "search")] if searchable else []
@@ -93,10 +97,9 @@ class PlanForm(forms.Form):
         self.fields["num_gpus"] = forms.CharField(
             label="GPUs", max_length=40, required=False, help_text="GPUs in the job: a multiple of GPUs per node.",
             widget=forms.NumberInput(attrs={"min": 1, "step": 1}))
-        for hw in HARDWARE:
+        for hw, label in (("gpu", "GPU"), ("node", "Node"), ("fabric", "Fabric")):
             self.fields[hw] = forms.ChoiceField(
-                label={"gpu": "GPU", "node": "Node", "fabric": "Fabric"}[hw],
-                choices=self._choices(hw, f"custom {hw}"),
+                label=label, choices=self._choices(hw, f"custom {label if hw == 'gpu' else hw}"),
                 help_text="From the hardware catalog, or custom values.")
             self._add_section(SECTION_OF[hw])
         self._add_section("layout", searchable=True)

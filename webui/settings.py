@@ -128,12 +128,13 @@ CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 _default_broker_dir = VAR_DIR / ("test-broker" if "PYTEST_VERSION" in os.environ else "broker")
 BROKER_DIR = Path(os.environ.get("CELERY_BROKER_DIR", _default_broker_dir))
 if CELERY_BROKER_URL.startswith("filesystem"):
-    for _sub in ("queue", "processed"):
+    for _sub in ("queue", "processed", "control"):
         (BROKER_DIR / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
+        "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
         "polling_interval": 0.25,
     }

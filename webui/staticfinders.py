@@ -30,7 +30,7 @@ class PlotlyJSFinder(BaseFinder):
         found = str(PACKAGE_DATA / "plotly.min.js") if path == PLOTLY_JS else None
         if find_all:
             return [found] if found else []
-        return found
+        return found or []
 
     def list(self, ignore_patterns) -> Iterator[tuple[str, FileSystemStorage]]:
         yield "plotly.min.js", self.storage

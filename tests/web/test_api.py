@@ -1,0 +1,99 @@
+"""The JSON API: POST /api/plans, GET /api/plans/<code>, GET /api/catalog. Bad input is a 400, never a 500."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.catalog import load_catalog
+from webui import services
+from webui.models import Plan
+
+pytestmark = pytest.mark.django_db
+
+
+def post(client, body, **extra):
+    payload = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return client.post("/api/plans", payload, content_type="application/json", **extra)
+
+
+def test_posting_a_spec_answers_code_url_and_status(client, seeded, small_spec, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = post(client, small_spec)
+    assert response.status_code == 201
+    body = response.json()
+    plan = Plan.objects.get()
+    assert body == {"code": str(plan.code), "url": f"http://testserver/plans/{plan.code}/", "status": "queued"}
+    assert len(callbacks) == 1
+
+
+def test_the_api_takes_the_shared_examples(client, seeded):
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[3] / "shared" / "spec" / "examples"
+    for path in sorted(examples.glob("*.json")):
+        assert post(client, path.read_text()).status_code == 201, path.name
+
+
+@pytest.mark.parametrize("body,field,message", [
+    (b"", "spec", "must be a JSON object"),
+    (b"{not json", "spec", "is not valid JSON"),
+    (b"\xff\xfe", "spec", "is not valid JSON"),
+    ("[1, 2]", "spec", "must be a JSON object, not list"),
+    ({"model": {}}, "model.layers", "is required"),
+    ({"cluster": {"num_gpus": 8, "gpu": "Imaginary", "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"}},
+     "cluster.gpu", "unknown catalog name 'Imaginary'"),
+])
+def test_bad_input_is_a_400_naming_the_field(client, seeded, body, field, message):
+    response = post(client, body)
+    assert response.status_code == 400
+    errors = response.json()["errors"]
+    assert any(message in m for m in errors[field]), errors
+    assert not Plan.objects.exists()
+
+
+def test_bounds_errors_name_the_field_and_the_limit(client, seeded, small_spec):
+    small_spec["cluster"]["num_gpus"] = 60
+    small_spec["model"]["heads"] = 0
+    errors = post(client, small_spec).json()["errors"]
+    assert errors == {"model.heads": ["must be at least 1 (got 0)"]}
+    small_spec["model"]["heads"] = 32
+    errors = post(client, small_spec).json()["errors"]
+    assert errors["cluster.num_gpus"][0].startswith("must be a positive multiple of node.gpus (8)")
+
+
+def test_a_body_over_the_limit_is_refused(client, seeded):
+    response = post(client, b"[" + b"1," * 600_000 + b"1]")
+    assert response.status_code == 413 and "too large" in response.json()["errors"]["spec"][0]
+
+
+def test_get_shows_status_then_the_answer(client, seeded, small_spec):
+    code = post(client, small_spec).json()["code"]
+    body = client.get(f"/api/plans/{code}").json()
+    assert body["status"] == "queued" and "result" not in body and body["queue_position"] == 0
+    assert body["spec"]["cluster"]["node"]["gpus"] == 8
+    plan = services.plan_run(plan_id=Plan.objects.get(code=code).pk)
+    body = client.get(f"/api/plans/{code}").json()
+    assert body["status"] == "done", plan.error
+    assert body["result"]["plans"][0]["step_time_s"] > 0
+
+
+def test_a_failed_plan_reports_its_error(client, seeded):
+    plan = Plan.objects.create(spec={"model": 1}, spec_hash="x", status="failed", error="went wrong")
+    assert client.get(f"/api/plans/{plan.code}").json()["error"] == "went wrong"
+
+
+@pytest.mark.parametrize("url", ["/api/plans/00000000-0000-0000-0000-000000000000", "/api/plans/nope",
+                                 "/api/nothing"])
+def test_unknown_plans_are_a_json_404(client, url):
+    response = client.get(url)
+    assert response.status_code == 404 and response.json() == {"error": "not found"}
+
+
+def test_wrong_methods_are_refused(client, seeded):
+    assert client.get("/api/plans").status_code == 405
+    assert client.post("/api/catalog").status_code == 405
+
+
+def test_the_catalog_lists_every_row_as_spec_fields(client, seeded):
+    assert client.get("/api/catalog").json() == load_catalog()

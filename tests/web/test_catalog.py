@@ -1,0 +1,122 @@
+"""The hardware catalog: seeded from fixtures/*.json, checked by the engine's rules, exported and imported."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.core.management import call_command
+
+from planner.catalog import load_catalog
+from planner.spec import SECTIONS
+from webui import services
+from webui.models import CATALOG_MODELS, Fabric, GPUType, ModelPreset, NodeType
+
+pytestmark = pytest.mark.django_db
+
+
+def test_seeding_loads_every_fixture_row_and_is_idempotent(seeded):
+    assert seeded["created"] == sum(len(v) for v in load_catalog().values())
+    assert services.catalog_seed() == {"created": 0, "updated": 0, "unchanged": seeded["created"]}
+
+
+def test_the_database_catalog_is_what_the_engine_reads_from_the_fixtures(seeded):
+    assert services.catalog_as_dict() == load_catalog()
+
+
+def test_seeding_keeps_rows_someone_edited(seeded):
+    GPUType.objects.filter(name="H100 SXM5 80GB").update(peak_tflops=900)
+    services.catalog_seed()
+    assert GPUType.objects.get(name="H100 SXM5 80GB").peak_tflops == 900
+
+
+def test_catalog_has_the_presets_and_fabrics_the_issue_names(seeded):
+    models = set(ModelPreset.objects.values_list("name", flat=True))
+    assert {"GPT-3 175B", "Llama 3 8B", "Llama 3 70B", "Llama 3.1 405B", "Mixtral 8x7B"} <= models
+    assert ModelPreset.objects.filter(name__startswith="DeepSeek-V3", experts=256, top_k=8).exists()
+    kinds = {f.name.split()[0] for f in Fabric.objects.all()}
+    assert {"EDR", "HDR", "NDR", "XDR", "RoCEv2", "AWS"} <= kinds
+    assert NodeType.objects.get(name="GB200 NVL72 compute tray").nvlink_domain_gpus == 72
+
+
+@pytest.mark.parametrize("section,model", CATALOG_MODELS.items())
+def test_catalog_columns_are_the_spec_fields_plus_source(section, model):
+    path = {"gpu": "cluster.gpu", "node": "cluster.node", "fabric": "cluster.fabric", "model": "model"}[section]
+    columns = {f.name for f in model._meta.concrete_fields} - {"id"}
+    assert columns == {f.name for f in SECTIONS[path]} | {"source"}
+
+
+def test_a_row_is_checked_with_the_engines_messages():
+    gpu = GPUType(name="broken", peak_tflops=-1, memory_gib=80, memory_gbytes_per_s=3000)
+    with pytest.raises(ValidationError) as info:
+        gpu.full_clean()
+    assert info.value.message_dict["peak_tflops"] == ["must be at least 0.001 TFLOP/s (got -1)"]
+
+
+def test_cross_field_rules_apply_to_a_row():
+    preset = ModelPreset(name="odd", layers=2, hidden=100, heads=7, vocab=10, seq_len=16)
+    with pytest.raises(ValidationError) as info:
+        preset.full_clean()
+    assert "must divide model.hidden (100)" in info.value.message_dict["heads"]
+    node = NodeType(name="odd", gpus=8, nvlink_domain_gpus=12, nvlink_gbytes_per_s=900, nics=8, nic_gbits_per_s=400)
+    with pytest.raises(ValidationError) as info:
+        node.full_clean()
+    assert "nvlink_domain_gpus" in info.value.message_dict
+
+
+def test_a_fabric_topology_outside_the_engines_list_is_rejected():
+    fabric = Fabric(name="odd", topology="ring")
+    with pytest.raises(ValidationError) as info:
+        fabric.full_clean()
+    assert "must be one of" in info.value.message_dict["topology"][0]
+
+
+def test_export_then_import_round_trips(seeded):
+    rows = json.loads(json.dumps(services.catalog_export(), default=str))
+    assert len(rows) == seeded["created"]
+    for model in CATALOG_MODELS.values():
+        model.objects.all().delete()
+    assert services.catalog_import(rows=rows)["created"] == seeded["created"]
+    assert services.catalog_as_dict() == load_catalog()
+
+
+def test_import_updates_by_name_and_reports_unchanged(seeded):
+    rows = services.catalog_export(rows=GPUType.objects.filter(name="B200"))
+    rows[0]["fields"]["memory_gib"] = 192
+    rows[0]["pk"] = 999  # pks differ between databases; names match
+    assert services.catalog_import(rows=rows) == {"created": 0, "updated": 1, "unchanged": 0}
+    assert GPUType.objects.get(name="B200").memory_gib == 192
+    assert services.catalog_import(rows=rows) == {"created": 0, "updated": 0, "unchanged": 1}
+
+
+@pytest.mark.parametrize("rows,expected", [
+    ({"not": "a list"}, "JSON list"),
+    ([42], "row 1 (?): must be an object"),
+    ([{"model": "webui.teapot", "fields": {"name": "x"}}], "unknown model 'webui.teapot'"),
+    ([{"model": "webui.gputype", "fields": {"name": "x", "colour": "red"}}], "unknown field(s) colour"),
+    ([{"model": "webui.gputype", "fields": {"name": "x", "peak_tflops": "fast", "memory_gib": 1,
+                                             "memory_gbytes_per_s": 1}}], "row 1 (x): peak_tflops"),
+])
+def test_import_rejects_bad_rows_with_a_message(rows, expected):
+    with pytest.raises(ValidationError) as info:
+        services.catalog_import(rows=rows)
+    assert expected in " ".join(info.value.messages)
+
+
+def test_import_is_all_or_nothing(seeded):
+    good = {"model": "webui.gputype", "fields": {"name": "New GPU", "peak_tflops": 1000, "memory_gib": 96,
+                                                 "memory_gbytes_per_s": 4000}}
+    bad = {"model": "webui.gputype", "fields": {"name": "Bad GPU", "peak_tflops": 0, "memory_gib": 96,
+                                                "memory_gbytes_per_s": 4000}}
+    with pytest.raises(ValidationError) as info:
+        services.catalog_import(rows=[good, bad])
+    assert "row 2 (Bad GPU): peak_tflops: must be at least 0.001" in info.value.messages[0]
+    assert not GPUType.objects.filter(name="New GPU").exists()
+
+
+def test_the_catalog_command_exports_and_imports(seeded, tmp_path, capsys):
+    out = tmp_path / "catalog.json"
+    call_command("catalog", "export", str(out))
+    assert len(json.loads(out.read_text())) == seeded["created"]
+    call_command("catalog", "import", str(out))
+    assert "0 created, 0 updated" in capsys.readouterr().out

@@ -1,0 +1,120 @@
+"""The plan form: built from the engine's field tables, validated by the engine, messages next to fields."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from webui import services
+from webui.forms import CUSTOM, PlanForm, initial_for
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def catalog(seeded):
+    return services.catalog_as_dict()
+
+
+def post_data(catalog, **changes: Any) -> dict[str, Any]:
+    """What a browser posts for the default form, with `changes` typed in."""
+    data = {k: v for k, v in initial_for(catalog).items() if v is not False and v is not None}
+    data = {k: ("on" if v is True else v) for k, v in data.items()}
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def test_the_defaults_are_llama3_70b_on_512_h100s(catalog):
+    form = PlanForm(post_data(catalog), catalog=catalog)
+    assert form.is_valid(), form.errors
+    spec = form.spec
+    assert (spec.model.name, spec.model.layers, spec.cluster.num_gpus) == ("Llama 3 70B", 80, 512)
+    assert (spec.cluster.gpu.name, spec.cluster.node.name) == ("H100 SXM5 80GB", "DGX H100")
+    assert spec.cluster.fabric.name == "NDR InfiniBand fat tree"
+    assert spec.training.tokens == 15e12
+    assert spec.layout.pinned() == {}
+
+
+def test_every_field_has_a_label_and_help_and_numbers_carry_units(catalog):
+    form = PlanForm(catalog=catalog)
+    assert all(f.help_text for f in form.fields.values())
+    assert form.fields["gpu__memory_gib"].label == "Memory (GiB)"
+    assert form.fields["node__nic_gbits_per_s"].label == "NIC speed (Gb/s)"
+    assert form.fields["model__seq_len"].label == "Sequence length (tokens)"
+    widget = form.fields["model__layers"].widget
+    assert (widget.attrs["min"], widget.attrs["max"], widget.attrs["step"]) == ("1", "2048", 1)
+
+
+def test_a_preset_is_used_as_it_is_whatever_the_fields_say(catalog):
+    form = PlanForm(post_data(catalog, model_preset="GPT-3 175B", model__layers="3"), catalog=catalog)
+    assert form.is_valid(), form.errors
+    assert (form.spec.model.name, form.spec.model.layers) == ("GPT-3 175B", 96)
+
+
+def test_custom_architecture_uses_the_typed_fields(catalog):
+    form = PlanForm(post_data(catalog, model_preset=CUSTOM, model__name="Mine", model__layers="40"), catalog=catalog)
+    assert form.is_valid(), form.errors
+    assert (form.spec.model.name, form.spec.model.layers, form.spec.model.hidden) == ("Mine", 40, 8192)
+
+
+def test_custom_hardware_uses_the_typed_fields(catalog):
+    form = PlanForm(post_data(catalog, gpu=CUSTOM, gpu__name="Next GPU", gpu__memory_gib="120"), catalog=catalog)
+    assert form.is_valid(), form.errors
+    assert (form.spec.cluster.gpu.name, form.spec.cluster.gpu.memory_gib) == ("Next GPU", 120)
+
+
+def test_engine_messages_land_next_to_their_fields(catalog):
+    form = PlanForm(post_data(catalog, model_preset=CUSTOM, model__heads="60", num_gpus="100",
+                              gpu=CUSTOM, gpu__memory_gib="-3"), catalog=catalog)
+    assert not form.is_valid()
+    assert form.errors["gpu__memory_gib"] == ["must be at least 0.001 GiB (got -3)"]
+    form = PlanForm(post_data(catalog, model_preset=CUSTOM, model__heads="60", num_gpus="100"), catalog=catalog)
+    assert not form.is_valid()
+    assert form.errors["model__heads"] == ["must divide model.hidden (8192)"]
+    assert form.errors["num_gpus"][0].startswith("must be a positive multiple of node.gpus (8)")
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("num_gpus", "", "is required"),
+    ("num_gpus", "many", "must be a number, not 'many'"),
+    ("num_gpus", "12.5", "must be a whole number (got 12.5)"),
+    ("training__global_batch", "0", "must be at least 1 sequences (got 0)"),
+    ("training__tokens", "1e30", "must be at most 1e+16 tokens (got 1e+30)"),
+    ("layout__tp", "3", "tp = 3 must divide cluster.num_gpus (512)"),
+    ("layout__dp", "7", "must divide training.global_batch (512)"),
+])
+def test_bad_values_get_the_field_named_rule(catalog, field, value, message):
+    form = PlanForm(post_data(catalog, **{field: value}), catalog=catalog)
+    assert not form.is_valid()
+    assert any(message in e for e in form.errors[field]), form.errors
+
+
+def test_fp8_on_a_gpu_without_it_is_explained_on_the_precision_field(catalog):
+    form = PlanForm(post_data(catalog, gpu="A100 SXM4 80GB", training__precision="fp8"), catalog=catalog)
+    assert not form.is_valid()
+    assert "fp8 needs a GPU with FP8 tensor cores" in form.errors["training__precision"][0]
+
+
+def test_a_choice_not_offered_is_an_error_not_a_crash(catalog):
+    form = PlanForm(post_data(catalog, gpu="Imaginary 9000", layout__recompute="sometimes"), catalog=catalog)
+    assert not form.is_valid()
+    assert "gpu" in form.errors and "layout__recompute" in form.errors
+
+
+def test_layout_pins_reach_the_spec(catalog):
+    form = PlanForm(post_data(catalog, layout__tp="8", layout__pp="4", layout__recompute="full",
+                              layout__sequence_parallel="true", layout__zero="1"), catalog=catalog)
+    assert form.is_valid(), form.errors
+    assert form.spec.layout.pinned() == {"tp": 8, "pp": 4, "recompute": "full", "sequence_parallel": True, "zero": 1}
+
+
+def test_a_saved_spec_fills_the_form_again(catalog):
+    form = PlanForm(post_data(catalog, model_preset="Mixtral 8x7B", gpu=CUSTOM, gpu__memory_gib="100",
+                              layout__tp="8"), catalog=catalog)
+    assert form.is_valid(), form.errors
+    initial = initial_for(catalog, form.spec.to_dict())
+    assert (initial["model_preset"], initial["gpu"], initial["node"]) == ("Mixtral 8x7B", CUSTOM, "DGX H100")
+    assert (initial["gpu__memory_gib"], initial["layout__tp"]) == (100, 8)
+    again = PlanForm(post_data(catalog, **initial), catalog=catalog)
+    assert again.is_valid(), again.errors
+    assert again.spec.to_dict() == form.spec.to_dict()

@@ -1,0 +1,147 @@
+"""The pages: the form, a plan while it waits, when it failed, and when it is done."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.staticfiles import finders
+from django.urls import reverse
+
+from webui import services
+from webui.models import Plan
+
+from .test_forms import post_data
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def catalog(seeded):
+    return services.catalog_as_dict()
+
+
+def make_plan(spec_doc, **fields) -> Plan:
+    spec = services.spec_parse(data=spec_doc).to_dict()
+    return Plan.objects.create(spec=spec, spec_hash=services.spec_hash(spec), **fields)
+
+
+def test_the_form_page_shows_every_section_with_units_and_help(client, seeded):
+    page = client.get("/").content.decode()
+    for text in ("Model", "Training", "Cluster", "GPU", "Node", "Fabric", "Pin the layout",
+                 "Memory (GiB)", "NVLink bandwidth (GB/s)", "Tokens to train (tokens)", "custom GPU",
+                 'value="Llama 3 70B" selected', 'name="num_gpus" value="512"'):
+        assert text in page, text
+    assert "webui/form.js" in page and 'id="catalog-data"' in page
+
+
+def test_submitting_the_form_saves_a_queued_plan_and_enqueues_it_after_commit(
+        client, catalog, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = client.post("/", post_data(catalog))
+    plan = Plan.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/plans/{plan.code}/"
+    assert plan.status == "queued" and plan.spec["model"]["name"] == "Llama 3 70B"
+    assert plan.spec["cluster"]["gpu"]["memory_gib"] == 80  # catalog names expanded
+    assert len(plan.spec_hash) == 64
+    assert len(callbacks) == 1  # the task goes out only once the row is committed
+
+
+def test_a_bad_form_shows_messages_and_saves_nothing(client, catalog):
+    response = client.post("/", post_data(catalog, num_gpus="100", training__global_batch="zero"))
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "must be a number, not &#x27;zero&#x27;" in page
+    assert "Some fields need a look" in page
+    assert not Plan.objects.exists()
+
+
+def test_an_empty_post_is_answered_with_messages(client, seeded):
+    response = client.post("/", {})
+    assert response.status_code == 200
+    assert "This field is required" in response.content.decode()
+
+
+def test_a_queued_plan_shows_progress_that_updates_itself(client, small_spec, seeded):
+    plan = make_plan(small_spec)
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert 'id="plan-progress"' in page and f'data-status-url="/api/plans/{plan.code}"' in page
+    assert "waiting for a worker" in page
+    assert '<meta http-equiv="refresh"' in page  # without JavaScript, too
+    assert "webui/plan.js" in page and "plotly.min.js" not in page
+
+
+def test_a_failed_plan_says_why_and_offers_to_try_again(client, small_spec, seeded):
+    plan = make_plan(small_spec, status="failed", error="The engine failed: boom")
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert "The search failed" in page and "The engine failed: boom" in page
+    assert f'action="/plans/{plan.code}/retry/"' in page and "Try again" in page
+    response = client.post(reverse("plan-retry", args=[plan.code]))
+    retried = Plan.objects.exclude(pk=plan.pk).get()
+    assert response["Location"] == retried.get_absolute_url()
+    assert retried.status == "queued" and retried.spec == plan.spec
+    plan.refresh_from_db()
+    assert plan.status == "failed"  # the old one stays as it was
+
+
+def test_retrying_a_plan_that_did_not_fail_changes_nothing(client, small_spec, seeded):
+    plan = make_plan(small_spec, status="done", result={"plans": []})
+    response = client.post(reverse("plan-retry", args=[plan.code]))
+    assert response["Location"] == plan.get_absolute_url()
+    assert Plan.objects.count() == 1
+
+
+def test_a_done_plan_shows_the_best_layout_alternatives_rejections_and_charts(client, small_spec, seeded):
+    plan = services.plan_run(plan_id=make_plan(small_spec).pk)
+    assert plan.status == "done", plan.error
+    best = plan.result["plans"][0]
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert best["description"] in page and best["label"] in page
+    for text in ("Step time", "Tokens/s", "MFU", "Memory per GPU", "Time to train", "GPU-hours",
+                 "Ranked layouts", "Rejected layouts", 'id="figures-data"', "/static/plotly/plotly.min.js"):
+        assert text in page, text
+    for chart in ("step-time", "comm", "memory", "placement", "candidates"):
+        assert f'id="chart-{chart}"' in page
+    assert 'http-equiv="refresh"' not in page
+
+
+def test_an_infeasible_request_is_an_answer_with_reasons(client, seeded):
+    doc = {"model": {"name": "Llama 3.1 405B", "layers": 126, "hidden": 16384, "heads": 128, "kv_heads": 8,
+                     "ffn_hidden": 53248, "gated_mlp": True, "vocab": 128256, "seq_len": 8192},
+           "training": {"global_batch": 64},
+           "cluster": {"num_gpus": 8, "gpu": "A100 SXM4 40GB", "node": "DGX A100", "fabric": "HDR InfiniBand fat tree"}}
+    plan = services.plan_run(plan_id=make_plan(doc).pk)
+    assert plan.status == "done" and plan.result["plans"] == []
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert "No layout fits" in page
+    assert re.search(r"<td>\d[\d,]*</td>", page)  # counts per reason
+    assert plan.result["rejected"]
+
+
+def test_the_form_can_start_from_a_saved_plan(client, small_spec, seeded):
+    plan = make_plan(small_spec)
+    page = client.get(f"/?from={plan.code}").content.decode()
+    assert 'value="Llama 3 8B"' in page and 'name="num_gpus" value="64"' in page
+
+
+@pytest.mark.parametrize("url", ["/plans/00000000-0000-0000-0000-000000000000/", "/plans/not-a-uuid/",
+                                 "/?from=not-a-uuid", "/nowhere"])
+def test_unknown_addresses_get_a_plain_answer(client, seeded, url):
+    response = client.get(url)
+    assert response.status_code in (200, 404)
+    if response.status_code == 404:
+        assert "There is no such page or plan" in response.content.decode()
+
+
+def test_wrong_methods_are_refused_not_crashed(client, small_spec, seeded):
+    plan = make_plan(small_spec)
+    assert client.get(reverse("plan-retry", args=[plan.code])).status_code == 405
+    assert client.post(plan.get_absolute_url()).status_code == 405
+    assert client.delete("/").status_code == 405
+
+
+def test_plotly_js_is_served_from_the_installed_plotly_package():
+    import plotly
+
+    found = finders.find("plotly/plotly.min.js")
+    assert found and found.startswith(str(plotly.__path__[0]))
+    assert not finders.find("plotly/widgetbundle.js")
