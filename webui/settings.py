@@ -124,7 +124,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 # ---------------------------------------------------------------------------------------------------------
 # Celery: the filesystem broker under var/ unless CELERY_BROKER_URL says otherwise. Results live in the Plan
 # row, so no result backend. Tests get their own broker folder so a `make run` worker never takes their tasks.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://localhost//")
 _default_broker_dir = VAR_DIR / ("test-broker" if "PYTEST_VERSION" in os.environ else "broker")
 BROKER_DIR = Path(os.environ.get("CELERY_BROKER_DIR", _default_broker_dir))
 if CELERY_BROKER_URL.startswith("filesystem"):

@@ -1,0 +1,87 @@
+"""A new user in Debian's Chromium: fill the form, submit, watch the progress, see the charts drawn, then open
+the plan's link in a fresh browser context and see the same plan. Leaves a screenshot under var/screenshots/."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT
+
+pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+SCREENSHOT = ROOT / "var" / "screenshots" / "plan-page.png"
+
+
+@pytest.fixture
+def browser(monkeypatch):
+    if not Path(CHROMIUM).exists():
+        message = f"no Chromium at {CHROMIUM}: apt-get install -y chromium, or set CHROMIUM"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; the test's own database calls are still
+    # synchronous, so Django's guard against ORM calls inside an event loop does not apply.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+def test_a_new_user_plans_a_job_and_shares_the_link(live_server, worker, seeded, browser):
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(live_server.url + "/")
+
+    # Choose a smaller model: the preset fills the architecture fields.
+    page.select_option("select[name=model_preset]", "Llama 3 8B")
+    assert page.input_value("input[name=model__layers]") == "32"
+    assert page.input_value("input[name=model__hidden]") == "4096"
+    # Custom hardware fields appear only for "custom".
+    assert not page.is_visible("input[name=fabric__latency_us]")
+    page.select_option("select[name=fabric]", "custom")
+    assert page.input_value("input[name=fabric__latency_us]") == "1.0"
+    page.select_option("select[name=fabric]", "NDR InfiniBand rail-optimized (DGX SuperPOD)")
+    page.fill("input[name=num_gpus]", "64")
+    page.fill("input[name=training__global_batch]", "256")
+    page.fill("input[name=training__tokens]", "1e12")
+
+    page.click("#submit-plan")
+    page.wait_for_url("**/plans/*/")
+    plan_url = page.url
+    page.wait_for_selector("#plan-progress", state="attached", timeout=5_000)  # progress, not a blank page
+    page.wait_for_selector("#best-plan, #plan-failed, #no-layout", timeout=90_000)  # reloads by itself
+    assert page.is_visible("#best-plan"), page.inner_text("main")
+    for chart in ("step-time", "comm", "memory", "placement", "candidates"):
+        page.wait_for_selector(f"#chart-{chart} svg.main-svg", timeout=30_000)
+    description = page.inner_text("#best-plan .description")
+    assert "TP" in description or "DP" in description
+    assert page.inner_text("#plan-status") == "done"
+    assert "Llama 3 8B on 64" in page.inner_text("h1")
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    assert errors == []
+
+    # A colleague opens the link: no cookies, no history, the same plan.
+    other = browser.new_context().new_page()
+    other.goto(plan_url)
+    assert other.inner_text("#best-plan .description") == description
+    other.wait_for_selector("#chart-placement svg.main-svg", timeout=30_000)
+
+
+def test_bad_input_in_the_browser_is_shown_next_to_the_field(live_server, seeded, browser):
+    page = browser.new_page()
+    page.goto(live_server.url + "/")
+    page.fill("input[name=num_gpus]", "100")
+    page.click("#submit-plan")
+    error = page.locator("[data-field=num_gpus] .error")
+    assert "must be a positive multiple of node.gpus (8)" in error.inner_text()
+    assert page.input_value("input[name=num_gpus]") == "100"  # what was typed is kept

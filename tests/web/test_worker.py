@@ -1,0 +1,32 @@
+"""A real Celery worker process over a real broker (filesystem by default, Redis when CELERY_BROKER_URL says
+so) takes a plan from queued to done. No eager mode."""
+from __future__ import annotations
+
+import pytest
+
+from webui import services
+from webui.models import Plan
+
+from .conftest import wait_for_status
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_real_worker_takes_a_plan_from_queued_to_done(worker, seeded, small_spec):
+    plan = services.plan_create(spec=services.spec_parse(data=small_spec))
+    assert plan.status == "queued"
+    seen = wait_for_status(plan, ("done", "failed"))
+    assert plan.status == "done", f"{plan.error}\n{worker.output()}"
+    assert seen[0] == "queued" and seen[-1] == "done"
+    assert plan.result["plans"][0]["step_time_s"] > 0
+    assert plan.attempts == 1
+
+
+def test_a_real_worker_records_a_failure_with_its_message(worker, db):
+    plan = Plan.objects.create(spec={"model": {}}, spec_hash="x")
+    from webui.tasks import plan_run_task
+
+    plan_run_task.delay(plan.pk)
+    wait_for_status(plan, ("done", "failed"))
+    assert plan.status == "failed", worker.output()
+    assert "model.layers: is required" in plan.error
