@@ -1,0 +1,77 @@
+"""The catalog in the admin: lists with search and filters, the engine's validation, JSON export and import."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from webui.models import GPUType, Plan
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff(admin_client, seeded):
+    return admin_client
+
+
+@pytest.mark.parametrize("model", ["gputype", "nodetype", "fabric", "modelpreset", "plan"])
+def test_every_list_renders_with_search(staff, model):
+    response = staff.get(f"/admin/webui/{model}/", {"q": "H100"})
+    assert response.status_code == 200
+
+
+def test_filters_narrow_the_lists(staff):
+    page = staff.get("/admin/webui/modelpreset/", {"arch": "moe"}).content.decode()
+    assert "Mixtral 8x7B" in page and "GPT-3 175B" not in page
+    page = staff.get("/admin/webui/fabric/", {"kind": "roce"}).content.decode()
+    assert "RoCEv2 400 GbE" in page and "NDR InfiniBand fat tree" not in page
+
+
+def test_the_edit_form_shows_the_engines_units_and_help(staff):
+    gpu = GPUType.objects.get(name="H100 SXM5 80GB")
+    page = staff.get(f"/admin/webui/gputype/{gpu.pk}/change/").content.decode()
+    assert "Memory (GiB)" in page and "HBM capacity." in page
+
+
+def test_the_admin_refuses_a_row_the_engine_rejects(staff):
+    response = staff.post("/admin/webui/gputype/add/", {
+        "name": "Broken", "peak_tflops": "-5", "memory_gib": "80", "memory_gbytes_per_s": "3000",
+        "sm_count": "132", "source": ""})
+    assert response.status_code == 200
+    assert "must be at least 0.001 TFLOP/s (got -5)" in response.content.decode()
+    assert not GPUType.objects.filter(name="Broken").exists()
+
+
+def test_selected_rows_export_as_a_fixture(staff):
+    pk = GPUType.objects.get(name="B200").pk
+    response = staff.post("/admin/webui/gputype/", {"action": "export_selected", "_selected_action": [pk]})
+    rows = json.loads(response.content)
+    assert response["Content-Disposition"].startswith("attachment")
+    assert rows == [{"model": "webui.gputype", "pk": pk, "fields": rows[0]["fields"]}]
+    assert rows[0]["fields"]["memory_gib"] == 180
+
+
+def test_a_json_file_imports_and_bad_files_are_explained(staff):
+    rows = json.loads(staff.get("/admin/webui/gputype/export/").content)
+    rows[0]["fields"]["name"] = "Imported GPU"
+    upload = SimpleUploadedFile("gpus.json", json.dumps(rows[:1]).encode())
+    response = staff.post("/admin/webui/gputype/import/", {"file": upload, "update_existing": "on"})
+    assert response.status_code == 302 and GPUType.objects.filter(name="Imported GPU").exists()
+    bad = SimpleUploadedFile("bad.json", b"{nope")
+    page = staff.post("/admin/webui/gputype/import/", {"file": bad}).content.decode()
+    assert "not valid JSON" in page
+    rows[0]["fields"]["memory_gib"] = -1
+    worse = SimpleUploadedFile("worse.json", json.dumps(rows[:1]).encode())
+    page = staff.post("/admin/webui/gputype/import/", {"file": worse, "update_existing": "on"}).content.decode()
+    assert "row 1 (Imported GPU): memory_gib: must be at least 0.001 GiB (got -1)" in page
+
+
+def test_plans_are_read_only_in_the_admin(staff):
+    plan = Plan.objects.create(spec={"model": {"name": "x"}}, spec_hash="x", status="done", result={})
+    assert staff.get(f"/admin/webui/plan/{plan.pk}/change/").status_code == 200
+    staff.post(f"/admin/webui/plan/{plan.pk}/change/", {"status": "queued"})
+    plan.refresh_from_db()
+    assert plan.status == "done"
+    assert staff.get("/admin/webui/plan/add/").status_code == 403

@@ -1,0 +1,108 @@
+"""Charts are plain Plotly figure dicts built from the stored answer, and survive missing optional keys."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from webui import charts, services
+from webui.models import Plan
+
+# An answer in the shape of the engine's contract, small enough to check values by hand: two plans on 16 GPUs
+# (2 nodes of 8), with one collective split across NVLink and InfiniBand.
+ANSWER = {
+    "spec": {"cluster": {"gpu": {"memory_gib": 80}}},
+    "plans": [
+        {"rank": 1, "label": "TP8 PP2 DP1", "step_time_s": 2.0, "mfu": 0.4,
+         "time_s": {"compute": 1.5, "bubble": 0.3, "tp_comm": 0.2},
+         "memory_gib": {"weights": 10, "gradients": 10, "optimizer": 20, "activations": 15, "other": 2,
+                        "total": 57, "capacity": 80, "headroom": 23},
+         "comm": [{"group": "tp", "collective": "all_reduce", "fabric": "nvlink", "time_s": 0.4, "exposed_s": 0.2,
+                   "time_by_fabric_s": {"nvlink": 0.4}},
+                  {"group": "pp", "collective": "send_recv", "fabric": "infiniband", "time_s": 0.1, "exposed_s": 0}]},
+        {"rank": 2, "label": "TP4 PP4 DP1", "step_time_s": 2.5, "time_s": {"compute": 1.6, "bubble": 0.9},
+         "memory_gib": {"weights": 5, "gradients": 5, "optimizer": 10, "activations": 30, "other": 2, "total": 52}},
+    ],
+    "candidates": [{"label": "TP8 PP2 DP1", "step_time_s": 2.0, "memory_gib": 57, "pareto": True},
+                   {"label": "TP4 PP4 DP1", "step_time_s": 2.5, "memory_gib": 52, "pareto": True},
+                   {"label": "TP2 PP8 DP1", "step_time_s": 3.5, "memory_gib": 60, "pareto": False}],
+    "placement_map": {"gpus_total": 16, "gpus_shown": 16, "gpus_per_node": 8, "nvlink_domain_gpus": 8,
+                      "cells": [{"gpu": g, "node": g // 8, "domain": g // 8, "rank": g, "tp": g % 8, "cp": 0,
+                                 "dp": 0, "pp": g // 8, "ep": 0} for g in range(16)]},
+}
+
+
+def test_all_five_charts_are_built_from_a_full_answer():
+    figures = charts.plan_figures(ANSWER)
+    assert list(figures) == ["step-time", "comm", "memory", "placement", "candidates"]
+    json.dumps(figures)  # travels to the page as JSON
+
+
+def test_the_step_time_chart_stacks_each_part_per_plan():
+    fig = charts.step_time_breakdown(ANSWER)
+    by_part = {t["name"]: t["x"] for t in fig["data"]}
+    assert by_part == {"compute": [1.5, 1.6], "pipeline bubble": [0.3, 0.9], "TP comm": [0.2, 0]}
+    assert fig["data"][0]["y"] == ["#1 TP8 PP2 DP1", "#2 TP4 PP4 DP1"]
+
+
+def test_the_comm_chart_splits_each_collective_by_fabric():
+    fig = charts.comm_by_fabric(ANSWER)
+    bars = {t["name"]: t["x"] for t in fig["data"] if t["type"] == "bar"}
+    assert bars == {"nvlink": [0.4, 0], "infiniband": [0, 0.1]}  # the second has no split: its fabric takes all
+    assert fig["data"][0]["y"] == ["TP all-reduce", "PP send-recv"]
+
+
+def test_the_memory_chart_draws_the_capacity_line():
+    fig = charts.memory_breakdown(ANSWER)
+    assert [t["name"] for t in fig["data"]] == ["weights", "gradients", "optimizer", "activations", "other"]
+    assert fig["layout"]["shapes"][0]["y0"] == 80
+
+
+def test_the_placement_map_has_one_row_per_node_and_outlines_each_nvlink_domain():
+    fig = charts.placement_map(ANSWER)
+    heat = fig["data"][0]
+    assert heat["z"] == [[0] * 8, [1] * 8]  # coloured by pipeline stage
+    assert heat["text"][1][3] == "TP3 DP0"
+    assert [(s["y0"], s["y1"], s["x0"], s["x1"]) for s in fig["layout"]["shapes"]] == [
+        (-0.5, 0.5, -0.5, 7.5), (0.5, 1.5, -0.5, 7.5)]
+
+
+def test_an_nvlink_domain_larger_than_a_node_is_outlined_across_nodes():
+    answer = copy.deepcopy(ANSWER)
+    answer["placement_map"] = {"gpus_per_node": 4, "gpus_total": 144, "gpus_shown": 16, "cells": [
+        {"gpu": g, "node": g // 4, "domain": 0, "tp": g % 4, "dp": g // 4, "pp": 0} for g in range(16)]}
+    fig = charts.placement_map(answer)
+    assert len(fig["data"][0]["z"]) == 4
+    assert [(s["y0"], s["y1"]) for s in fig["layout"]["shapes"]] == [(-0.5, 3.5)]
+    assert "first 16 of 144 GPUs" in fig["layout"]["title"]["text"]
+
+
+def test_the_candidates_chart_joins_the_pareto_front_and_stars_the_best():
+    fig = charts.candidates_scatter(ANSWER)
+    names = {t["name"]: (t["x"], t["y"]) for t in fig["data"]}
+    assert names["Pareto front"] == ([2.0, 2.5], [57, 52])
+    assert names["feasible layouts"] == ([3.5], [60])
+    assert names["best plan"] == ([2.0], [57])
+
+
+@pytest.mark.parametrize("answer", [None, {}, {"plans": []}, {"plans": [{}]}, {"plans": "nonsense"},
+                                    {"placement_map": {"cells": [{"node": 1}]}}, {"candidates": [{"label": "x"}]}])
+def test_answers_with_missing_parts_give_fewer_charts_not_errors(answer):
+    figures = charts.plan_figures(answer)
+    json.dumps(figures)
+
+
+def test_an_infeasible_answer_has_no_charts():
+    assert charts.plan_figures({"plans": [], "rejected": {"out_of_memory": 4}, "candidates": []}) == {}
+
+
+@pytest.mark.django_db
+def test_a_real_engine_answer_gives_every_chart(seeded, small_spec):
+    plan = Plan.objects.create(spec=services.spec_parse(data=small_spec).to_dict(), spec_hash="x")
+    plan = services.plan_run(plan_id=plan.pk)
+    assert plan.status == "done", plan.error
+    figures = charts.plan_figures(plan.result)
+    assert list(figures) == ["step-time", "comm", "memory", "placement", "candidates"]
+    heat = figures["placement"]["data"][0]
+    assert sum(v is not None for row in heat["z"] for v in row) == plan.result["placement_map"]["gpus_shown"]
