@@ -1,0 +1,328 @@
+"""Time of one collective on one parallel group: latency + bytes / bandwidth, the way NCCL models it.
+
+NCCL (src/graph/tuning.cc, `../shared/reference/nccl-cost-model.md`) costs each (algorithm, protocol) as
+`latency + bytes / bandwidth` and runs the cheapest; we do the same over ring, tree, NVLS and NVLS-tree with the
+LL, LL128 and Simple protocols, using NCCL's default latencies. Bandwidths are not line rates: they are the
+achievable nccl-tests bus bandwidths, i.e. the line rate of the group's bottleneck (from placement.py: NVLink
+inside the domain, its share of NIC / leaf / pod / global egress outside) times the measured efficiencies below.
+
+A group that spans NVLink domains with several members per domain runs hierarchically: NVLink hops inside each
+domain and NIC hops between them. NCCL pipelines the two (its ring and NVLS-tree chunks flow through both at
+once), so the bandwidth term is set by the slower fabric; `by_fabric` splits it in proportion to the time each
+fabric is busy, and each fabric's latency goes to that fabric. Sizes follow nccl-tests: all_reduce the buffer,
+reduce_scatter / all_gather the full array, all_to_all each rank's send buffer, send_recv one message.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .spec import ClusterSpec
+from .topology import nic_gbytes_per_gpu, nvlink_gbytes_per_s, port_gbytes_per_s
+
+if TYPE_CHECKING:
+    from .placement import GroupPlacement
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
+
+# --- Achievable bandwidth: nccl-tests bus bandwidth / line rate of one direction, large messages -----------
+# Ring collectives inside an NVSwitch domain, busbw / one-direction NVLink: A100 232/300 (GTC24/25) and
+# 234.9/300 (stas00), H100 370/450 (GTC24), H200 367.6/450 (stas00), B200 700/900 (GTC25), 32 GPUs of a GB200
+# NVL72 680/900 (GTC25): 0.76-0.82, mean 0.79. The same fraction holds for reduce-scatter and all-gather
+# (H200 362.9 and 361.4 against 367.2 for all-reduce, stas00).
+NVLINK_RING_EFF = 0.79
+# NVLS (NVSwitch SHARP) all-reduce: NCCL's nvlsEfficiency per generation (tuning.cc) ...
+NVLS_EFF_HOPPER = 0.85
+NVLS_EFF_BLACKWELL = 0.74
+# ... times a scale to nccl-tests busbw fitted on H100 (8 GPUs, 480 GB/s; GTC24): 480 / (450 * 0.85).
+# Checks: B200 900 * 0.74 * 1.255 = 836 against 850 (GTC25); H800 200 * 0.85 * 1.255 = 213 against ~215
+# (SimAI constant, nccl #1374); H200 482 (stas00).
+NVLS_SCALE = 1.255
+# Scale-out rings, busbw / the group's NIC share at line rate: DGX A100 8x200 Gb/s 192/200, DGX H100 8x400 Gb/s
+# 380/400, one 200 / 400 Gb/s RDMA NIC 24/25 and 48/50 (GTC24). TCP sockets: 100 GbE 10/12.5 (GTC24).
+NET_RDMA_EFF = 0.95
+NET_TCP_EFF = 0.80
+# All-to-all inside an NVSwitch domain, busbw / one-direction NVLink: H100 320/450, A100 210/300, B200 640/900,
+# GB200 NVL72 640/900 (GTC25).
+A2A_NVLINK_EFF = 0.711
+# All-to-all across nodes: measured busbw / the NIC-limited bound, GTC25 32 GPUs on 4 nodes: DGX H100 8x400 Gb/s
+# 48, DGX A100 8x200 24, 2x400 12, 2x200 6 -- all 0.74 of (n - 1) / (g (n - g)) x node NIC bandwidth.
+A2A_NET_EFF = 0.74
+# Point-to-point over NVLink: A100 sendrecv 195.1 of 300 GB/s (li-plus/playground, nccl-tests sendrecv_perf).
+P2P_NVLINK_EFF = 0.65
+# NCCL protocol refinements (tuning.cc): Ring/LL min(llMaxBw, 0.5 busBw); Ring/LL128 0.92 busBw;
+# Tree AllReduce Simple 0.92 busBw, Tree/LL busBw / 3.8, Tree/LL128 busBw * 120/128 across nodes.
+LL_EFF = 0.5
+LL128_EFF = 0.92
+TREE_EFF = 0.92
+TREE_LL_DIVISOR = 3.8
+TREE_LL128_EFF = 120 / 128
+# llMaxBw (GB/s): one node by GPU generation; across nodes (Intel CPUs) 39 for 2 nodes, 20.4 for 4 or more.
+LL_MAX_BW = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
+LL_MAX_BW_2_NODES = 39.0
+LL_MAX_BW_4_NODES = 20.4
+
+# --- Latency (microseconds), NCCL defaults (ncclTunerConstantsDefaults) -----------------------------------
+PROTOCOLS = ("LL", "LL128", "Simple")
+BASE_LAT_US = {"ring": (6.6, 14.0, 8.4), "tree": (6.8, 14.0, 8.4)}
+NVLINK_LAT_US = {"ring": (0.6, 1.9, 3.4), "tree": (0.6, 1.25, 4.0)}
+NET_LAT_US = {"ring": (2.7, 4.0, 14.0), "tree": (5.0, 8.5, 14.0)}
+NVLS_LAT_US = 25.0            # NVLS / NVLSTree on NVLink, Simple
+NVLS_TREE_NET_LAT_US = 20.9   # NVLSTree on the network, Simple
+NET_OVERHEAD_US = 1.0         # per network step, Intel CPUs (x3 for Simple)
+RING_SIMPLE_PLATEAU = 1.4     # Ring/Simple multi-node all-reduce latency factor, Ampere and later (Volta 1.9)
+RING_SIMPLE_PLATEAU_VOLTA = 1.9
+# A training framework pays more per call than nccl-tests: H200 8-GPU all-reduce, torch-level benchmark against
+# nccl-tests on the same machine, 39.8 vs 17.9 us at 32 KiB and 46 vs 25 us at 1 MiB (stas00).
+LAUNCH_OVERHEAD_US = 20.0
+# fabric.latency_us covers a path through one switch; each further switch adds this (assumed; hardware.md:
+# InfiniBand NDR "~1 us, sub-us switch").
+HOP_LATENCY_US = 0.2
+
+
+@dataclass(frozen=True)
+class CollectiveCost:
+    time_s: np.ndarray                  # same shape as nbytes
+    by_fabric: dict[str, np.ndarray]    # e.g. {"nvlink": ..., "infiniband": ...}; sums to time_s
+    algorithm: str                      # chosen for the largest message: "ring", "hierarchical ring", "tree",
+                                        # "hierarchical tree", "nvls", "nvls_tree", "direct" (all-to-all), "p2p"
+    protocol: str = "Simple"            # NCCL protocol chosen for the largest message: LL, LL128, Simple
+    nbytes: np.ndarray | None = None
+    factor: float = 1.0                 # nccl-tests bus bandwidth factor of this op and group size
+
+    @property
+    def busbw_gbytes_per_s(self) -> np.ndarray:
+        """nccl-tests bus bandwidth (GB/s): bytes x factor / time."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(self.time_s > 0, self.nbytes * self.factor / self.time_s / 1e9, 0.0)
+
+
+@dataclass(frozen=True)
+class _Option:
+    """One (algorithm, protocol): latency per fabric (us), seconds per byte, and each fabric's busy share."""
+
+    algorithm: str
+    protocol: str
+    latency_us: dict[str, float]
+    s_per_byte: float
+    share: dict[str, float]
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests bus-bandwidth factor (doc/PERFORMANCE.md): busbw = algbw x factor."""
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("reduce_scatter", "all_gather", "all_to_all"):
+        return (n - 1) / n
+    if op in ("send_recv", "broadcast", "reduce"):
+        return 1.0
+    raise ValueError(f"unknown collective {op!r} (known: {', '.join(OPS)})")
+
+
+def generation(cluster: ClusterSpec) -> str:
+    """NCCL keys some constants by GPU generation; the spec has none, so infer it from the NVLink generation:
+    NVLink 5 (1,800 GB/s) Blackwell; NVLink 4 (900) or NVLink SHARP (H800: cut to 400) Hopper; NVLink 3 (600)
+    Ampere; below, Volta."""
+    nv = cluster.node.nvlink_gbytes_per_s
+    if nv >= 1800:
+        return "blackwell"
+    if nv >= 900 or cluster.node.nvlink_sharp:
+        return "hopper"
+    return "ampere" if nv >= 600 else "volta"
+
+
+def net_efficiency(kind: str) -> float:
+    return NET_TCP_EFF if kind == "ethernet" else NET_RDMA_EFF
+
+
+def nvlink_ring_busbw(cluster: ClusterSpec) -> float:
+    """Ring bus bandwidth inside an NVLink domain (GB/s)."""
+    return NVLINK_RING_EFF * nvlink_gbytes_per_s(cluster)
+
+
+def nvls_busbw(cluster: ClusterSpec) -> float:
+    """NVLS all-reduce bus bandwidth inside an NVLink domain (GB/s)."""
+    eff = NVLS_EFF_BLACKWELL if generation(cluster) == "blackwell" else NVLS_EFF_HOPPER
+    return nvlink_gbytes_per_s(cluster) * eff * NVLS_SCALE
+
+
+def collective_time(op: str, nbytes: np.ndarray | float, group: GroupPlacement,
+                    cluster: ClusterSpec) -> CollectiveCost:
+    """Seconds for `op` on `group` moving `nbytes` (vectorised), argmin over algorithms and protocols."""
+    factor = bus_factor(op, max(1, group.size))
+    size = np.asarray(nbytes, dtype=float)
+    if np.any(size < 0):
+        raise ValueError("nbytes must be non-negative")
+    outer = group.fabric
+    if group.size <= 1:
+        return CollectiveCost(np.zeros_like(size), {outer: np.zeros_like(size)}, "none", "none", size, factor)
+    options = _options(op, group, cluster)
+    times = np.stack([sum(o.latency_us.values()) * 1e-6 + size * o.s_per_byte for o in options])
+    best = np.argmin(times, axis=0)
+    launch = LAUNCH_OVERHEAD_US * 1e-6
+    fabrics = sorted({f for o in options for f in o.share} | {outer})
+    by_fabric = {}
+    for fab in fabrics:
+        per_option = np.stack([o.latency_us.get(fab, 0.0) * 1e-6 + size * o.s_per_byte * o.share.get(fab, 0.0)
+                               for o in options])
+        by_fabric[fab] = np.take_along_axis(per_option, best[None], axis=0)[0] + (launch if fab == outer else 0.0)
+    time_s = np.take_along_axis(times, best[None], axis=0)[0] + launch
+    largest = options[int(best.flat[int(np.argmax(size))]) if size.size else 0]
+    return CollectiveCost(time_s, by_fabric, largest.algorithm, largest.protocol, size, factor)
+
+
+def _options(op: str, group: GroupPlacement, cluster: ClusterSpec) -> list[_Option]:
+    if op == "all_to_all":
+        return [_all_to_all(group, cluster)]
+    if op == "send_recv":
+        return _send_recv(group, cluster)
+    options = _ring(op, group, cluster)
+    if op == "all_reduce":
+        options += _tree(group, cluster) + _nvls(group, cluster)
+    return options
+
+
+def _fabric_latency_us(group: GroupPlacement, cluster: ClusterSpec) -> float:
+    return cluster.fabric.latency_us + HOP_LATENCY_US * max(0, group.hops - 1)
+
+
+def _ll_cap(group: GroupPlacement, cluster: ClusterSpec) -> float:
+    if group.domains <= 1:
+        return LL_MAX_BW[generation(cluster)]
+    return LL_MAX_BW_2_NODES if group.domains <= 2 else LL_MAX_BW_4_NODES
+
+
+def _fabric_bandwidths(group: GroupPlacement, cluster: ClusterSpec, net_scale: float = 1.0) -> dict[str, float]:
+    """Achievable bus bandwidth of each fabric the group's ring uses (GB/s)."""
+    bws = {}
+    if group.per_domain > 1:
+        bws["nvlink"] = group.nvlink_busbw_gbytes_per_s
+    if group.domains > 1:
+        bws[cluster.fabric.kind] = group.scaleout_busbw_gbytes_per_s * net_scale
+    return bws
+
+
+def _shares(busy: dict[str, float]) -> dict[str, float]:
+    """Split the bandwidth term in proportion to each fabric's busy time."""
+    total = sum(busy.values())
+    return {f: b / total for f, b in busy.items()} if total > 0 else {f: 1 / len(busy) for f in busy}
+
+
+def _split_latency(group: GroupPlacement, cluster: ClusterSpec, nvlink_us: float, net_us: float,
+                   base_us: float) -> dict[str, float]:
+    """NVLink steps to NVLink, network steps and NCCL's base latency to the scale-out fabric (if any)."""
+    if group.domains <= 1:
+        return {"nvlink": nvlink_us + base_us}
+    return {"nvlink": nvlink_us, cluster.fabric.kind: net_us + base_us}
+
+
+def _ring(op: str, group: GroupPlacement, cluster: ClusterSpec) -> list[_Option]:
+    """Ring all-reduce / reduce-scatter / all-gather: 2(n-1) or n-1 steps, 2(k-1) or k-1 of them between
+    domains (tuning.cc); bandwidth = the slower fabric's bus bandwidth, refined per protocol."""
+    n, g, k = group.size, group.per_domain, group.domains
+    ar = op == "all_reduce"
+    steps, inter = (2 * (n - 1), 2 * (k - 1)) if ar else (n - 1, k - 1)
+    bws = _fabric_bandwidths(group, cluster)
+    bw = min(bws.values())
+    share = _shares({f: 1 / b for f, b in bws.items()})
+    fab_lat = _fabric_latency_us(group, cluster)
+    plateau = RING_SIMPLE_PLATEAU_VOLTA if generation(cluster) == "volta" else RING_SIMPLE_PLATEAU
+    name = "hierarchical ring" if g > 1 and k > 1 else "ring"
+    out = []
+    for p, proto in enumerate(PROTOCOLS):
+        simple = proto == "Simple"
+        intra = NVLINK_LAT_US["ring"][p]
+        if k > 1:
+            intra = max(intra, NET_OVERHEAD_US * (3 if simple else 1))
+        row = "tree" if g == 1 else "ring"  # NCCL uses Tree's network latency when there is one rank per node
+        inter_lat = NET_LAT_US[row][p] + fab_lat * (2 if simple else 1)  # Simple flushes: twice
+        scale = plateau if (ar and k > 1 and simple) else 1.0
+        lat = _split_latency(group, cluster, (steps - inter) * intra * scale, inter * inter_lat * scale,
+                             BASE_LAT_US["ring"][p] * scale)
+        proto_bw = {"LL": min(_ll_cap(group, cluster), LL_EFF * bw), "LL128": LL128_EFF * bw, "Simple": bw}[proto]
+        out.append(_Option(name, proto, lat, bus_factor(op, n) / (proto_bw * 1e9), share))
+    return out
+
+
+def _tree(group: GroupPlacement, cluster: ClusterSpec) -> list[_Option]:
+    """NCCL double binary tree between domains, a chain inside each: all-reduce only, across domains only.
+    Each node sends the buffer twice (reduce + broadcast) through its NICs, once with two nodes, so
+    time = 2 S / bw (NCCL's algbw = busBw / 2), with the network's bandwidth doubled at k = 2."""
+    g, k = group.per_domain, group.domains
+    if k <= 1:
+        return []
+    bws = _fabric_bandwidths(group, cluster, net_scale=2.0 if k == 2 else 1.0)
+    bw = min(bws.values())
+    share = _shares({f: 1 / b for f, b in bws.items()})
+    fab_lat = _fabric_latency_us(group, cluster)
+    name = "hierarchical tree" if g > 1 else "tree"
+    out = []
+    for p, proto in enumerate(PROTOCOLS):
+        simple = proto == "Simple"
+        nv = 2 * (g - 1) * NVLINK_LAT_US["tree"][p]
+        net = 2 * math.log2(k) * (NET_LAT_US["tree"][p] + fab_lat * (2 if simple else 1))
+        lat = _split_latency(group, cluster, nv, net, BASE_LAT_US["tree"][p])
+        proto_bw = {"LL": min(bw / TREE_LL_DIVISOR, _ll_cap(group, cluster)), "LL128": bw * TREE_LL128_EFF,
+                    "Simple": TREE_EFF * bw}[proto]
+        out.append(_Option(name, proto, lat, 2 / (proto_bw * 1e9), share))
+    return out
+
+
+def _nvls(group: GroupPlacement, cluster: ClusterSpec) -> list[_Option]:
+    """NVLS all-reduce in the NVSwitch (one domain), or NVLS-tree: NVLS inside each domain, a tree between
+    domains (network bandwidth doubled with two domains); Simple protocol only."""
+    g, k = group.per_domain, group.domains
+    if not cluster.node.nvlink_sharp or g < 2:
+        return []
+    factor = bus_factor("all_reduce", group.size)
+    intra = nvls_busbw(cluster)
+    if k == 1:
+        return [_Option("nvls", "Simple", {"nvlink": NVLS_LAT_US}, factor / (intra * 1e9), {"nvlink": 1.0})]
+    net_bw = group.scaleout_busbw_gbytes_per_s * (2.0 if k <= 2 else 1.0)
+    kind = cluster.fabric.kind
+    net_lat = 2 * math.log2(k) * (NVLS_TREE_NET_LAT_US + 2 * _fabric_latency_us(group, cluster))
+    share = _shares({"nvlink": 1 / intra, kind: 1 / net_bw})
+    return [_Option("nvls_tree", "Simple", {"nvlink": NVLS_LAT_US, kind: net_lat},
+                    factor / (min(intra, net_bw) * 1e9), share)]
+
+
+def _send_recv(group: GroupPlacement, cluster: ClusterSpec) -> list[_Option]:
+    """One message to the neighbouring rank (pipeline stage, ring-attention hop). Across domains a transfer
+    runs over the sending GPU's own NICs (NCCL picks the NIC nearest the GPU; at least one whole port)."""
+    cross = group.domains > 1
+    if cross:
+        own = max(nic_gbytes_per_gpu(cluster), port_gbytes_per_s(cluster)) * net_efficiency(cluster.fabric.kind)
+        bw, fab = min(group.scaleout_busbw_gbytes_per_s, own), cluster.fabric.kind
+        cap = LL_MAX_BW_2_NODES
+    else:
+        bw, fab = P2P_NVLINK_EFF * nvlink_gbytes_per_s(cluster), "nvlink"
+        cap = LL_MAX_BW[generation(cluster)]
+    out = []
+    for p, proto in enumerate(PROTOCOLS):
+        simple = proto == "Simple"
+        hw = (NET_LAT_US["tree"][p] + _fabric_latency_us(group, cluster) * (2 if simple else 1) if cross
+              else NVLINK_LAT_US["ring"][p])
+        proto_bw = {"LL": min(cap, LL_EFF * bw), "LL128": LL128_EFF * bw, "Simple": bw}[proto]
+        out.append(_Option("p2p", proto, {fab: BASE_LAT_US["ring"][p] + hw}, 1 / (proto_bw * 1e9), {fab: 1.0}))
+    return out
+
+
+def _all_to_all(group: GroupPlacement, cluster: ClusterSpec) -> _Option:
+    """Every rank sends S/n to each other rank at once. Through one unit's egress at each scale-out level, one
+    group pushes m (n - m) / n x S (m = its members in the unit) over its share of that egress; each GPU pushes
+    (g - 1) / n x S over its NVLink. The slowest of these sets the time (all run concurrently)."""
+    n, g = group.size, group.per_domain
+    busy = {}
+    if g > 1:
+        busy["nvlink"] = (g - 1) / n / (A2A_NVLINK_EFF * nvlink_gbytes_per_s(cluster) * 1e9)
+    kind = cluster.fabric.kind
+    for lv, egress in group.egress_gbytes_per_s.items():
+        m = group.members_per_unit[lv]
+        busy[kind] = max(busy.get(kind, 0.0), m * (n - m) / n / (A2A_NET_EFF * egress * 1e9))
+    cross = group.domains > 1
+    hw = (NET_LAT_US["ring"][2] + 2 * _fabric_latency_us(group, cluster)) if cross else NVLINK_LAT_US["ring"][2]
+    lat = {kind if cross else "nvlink": BASE_LAT_US["ring"][2] + hw}
+    return _Option("direct", "Simple", lat, max(busy.values()), _shares(busy))
