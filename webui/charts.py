@@ -88,17 +88,17 @@ def memory_breakdown(result: dict[str, Any]) -> Figure | None:
     if not plans:
         return None
     labels = [_plan_label(p) for p in plans]
-    data = [{"type": "bar", "name": part, "x": labels, "y": [p["memory_gib"].get(part, 0) or 0 for p in plans],
-             "marker": {"color": PALETTE[i % len(PALETTE)]},
-             "hovertemplate": "%{x}<br>" + part + ": %{y:.1f} GiB<extra></extra>"}
+    data = [{"type": "bar", "orientation": "h", "name": part, "y": labels,
+             "x": [p["memory_gib"].get(part, 0) or 0 for p in plans], "marker": {"color": PALETTE[i % len(PALETTE)]},
+             "hovertemplate": "%{y}<br>" + part + ": %{x:.1f} GiB<extra></extra>"}
             for i, part in enumerate(MEMORY_PARTS)]
-    layout = _layout("Memory per GPU, top plans", barmode="stack", height=420,
-                     yaxis={"title": {"text": "GiB"}}, xaxis={"automargin": True})
+    layout = _layout("Memory per GPU against capacity, top plans", barmode="stack", height=160 + 32 * len(plans),
+                     xaxis={"title": {"text": "GiB per GPU"}}, yaxis={"autorange": "reversed", "automargin": True})
     capacity = plans[0]["memory_gib"].get("capacity") or _gpu_memory(result)
     if capacity:
-        layout["shapes"] = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": capacity, "y1": capacity,
+        layout["shapes"] = [{"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": capacity, "x1": capacity,
                              "line": {"color": "#c0392b", "dash": "dash", "width": 2}}]
-        layout["annotations"] = [{"xref": "paper", "x": 1, "y": capacity, "xanchor": "right", "yanchor": "bottom",
+        layout["annotations"] = [{"yref": "paper", "y": 1, "x": capacity, "xanchor": "right", "yanchor": "bottom",
                                   "text": f"capacity {capacity:g} GiB", "showarrow": False,
                                   "font": {"color": "#c0392b"}}]
     return {"data": data, "layout": layout}

@@ -56,7 +56,8 @@ def test_the_comm_chart_splits_each_collective_by_fabric():
 def test_the_memory_chart_draws_the_capacity_line():
     fig = charts.memory_breakdown(ANSWER)
     assert [t["name"] for t in fig["data"]] == ["weights", "gradients", "optimizer", "activations", "other"]
-    assert fig["layout"]["shapes"][0]["y0"] == 80
+    assert fig["data"][3]["x"] == [15, 30]  # activations of plans 1 and 2
+    assert fig["layout"]["shapes"][0]["x0"] == 80
 
 
 def test_the_placement_map_has_one_row_per_node_and_outlines_each_nvlink_domain():
