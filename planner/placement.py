@@ -171,30 +171,32 @@ class _Shape:
     bottleneck: str
 
 
-def _spread(stride: int, size: int, unit: int) -> tuple[int, int]:
-    """(members per unit, units spanned) of the worst group: `size` members `stride` GPUs apart, units of
-    `unit` GPUs. When units and groups do not align (neither divides the other), some group straddles a unit
-    boundary, spanning one unit more."""
+def _spread(stride: int, size: int, unit: int, total: int) -> tuple[int, int]:
+    """(members per unit, units spanned) of the group that spans the most units: `size` members `stride` GPUs
+    apart, units of `unit` GPUs, `total` GPUs. Groups start at multiples of the block (stride * size GPUs of
+    interleaved groups) plus a lane < stride; the one starting furthest into a unit spans the most."""
     if stride >= unit:
         return 1, size
     block = stride * size
-    units = -(-((size - 1) * stride + 1) // unit)
-    if unit % block and block % unit:
-        units += 1
-    units = min(units, size)
+    step = math.gcd(block, unit)  # block starts fall on multiples of this, within a unit
+    blocks = max(1, total // block)
+    start = unit - step if blocks >= unit // step else max(j * block % unit for j in range(blocks))
+    offset = min(unit - 1, start + stride - 1)
+    units = min(size, (offset + (size - 1) * stride) // unit + 1)
     return -(-size // units), units
 
 
-def _crossing(unit: int, stride: int, size: int) -> tuple[bool, int, int]:
+def _crossing(unit: int, stride: int, size: int, total: int) -> tuple[bool, int, int]:
     """Whether groups leave units of `unit` GPUs, how many groups share one unit's egress, and one group's
-    members in a unit. `stride` interleaved groups fill a block of stride*size GPUs; units holding whole blocks
-    are never left. Otherwise a unit holds members of min(unit, stride) groups, or up to twice that when a
-    block boundary falls inside it."""
-    block = stride * size
-    if unit % block == 0:
+    members in a unit. When blocks (stride * size GPUs of interleaved groups) tile the units, a unit holds
+    members of min(unit, stride) groups and all of them leave it. When a block boundary can fall inside a
+    unit, up to twice that: an upper bound (exact counting would look at every unit), never above the number
+    of groups."""
+    members, units = _spread(stride, size, unit, total)
+    if units == 1:
         return False, 0, size
-    aligned = block % unit == 0
-    return True, min(unit, stride if aligned else 2 * stride), _spread(stride, size, unit)[0]
+    aligned = stride * size % unit == 0
+    return True, min(unit, stride if aligned else 2 * stride, total // size), members
 
 
 @lru_cache(maxsize=8192)
@@ -202,8 +204,8 @@ def _shape(cluster: ClusterSpec, stride: int, size: int, closed: bool) -> _Shape
     """Links, sharing and bandwidth of the groups of one (stride, size); `closed`: a ring (False: a chain of
     point-to-point neighbours, the pipeline)."""
     dom = domain_gpus(cluster)
-    per_domain, domains = _spread(stride, size, dom)
-    nodes = _spread(stride, size, min(cluster.node.gpus, cluster.num_gpus))[1]
+    per_domain, domains = _spread(stride, size, dom, cluster.num_gpus)
+    nodes = _spread(stride, size, min(cluster.node.gpus, cluster.num_gpus), cluster.num_gpus)[1]
     nvlink = nvlink_ring_busbw(cluster) if per_domain > 1 else 0.0
     if size == 1 or domains == 1:
         links = ("nvlink",) if size > 1 else ()
@@ -229,7 +231,7 @@ def _tree_load(cluster: ClusterSpec, stride: int, size: int) -> tuple[list, tupl
     groups cross, and a representative edge (GPU a, GPU b) crossing the highest one."""
     crossed = []
     for lv in levels(cluster):
-        cross, shared, members = _crossing(lv.unit_gpus, stride, size)
+        cross, shared, members = _crossing(lv.unit_gpus, stride, size, cluster.num_gpus)
         if not cross:
             break  # levels nest: a group inside one unit is inside the units above it too
         egress = lv.egress_gbytes_per_s / shared
@@ -273,7 +275,7 @@ def _torus_load(cluster: ClusterSpec, stride: int, size: int, closed: bool) -> t
     hops, pair = _torus_ring_hops(cluster, stride, size, closed)
     load = max(cluster.node.gpus * h / size for h in hops)
     egress = 2 * torus_link_gbytes_per_s(cluster) / load
-    members = _spread(stride, size, domain_gpus(cluster))[0]
+    members = _spread(stride, size, domain_gpus(cluster), cluster.num_gpus)[0]
     return [("torus", max(1, math.ceil(load - 1e-9)), members, egress)], pair
 
 

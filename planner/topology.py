@@ -185,14 +185,14 @@ def build_graph(cluster: ClusterSpec, nodes: Iterable[int] | None = None) -> nx.
     attributes: capacity_gbytes_per_s (one direction), level, cost (routing preference)."""
     ids = _window(cluster, nodes)
     graph = nx.Graph(topology=cluster.fabric.topology, num_gpus=cluster.num_gpus)
-    _add_scale_up(graph, cluster, ids)
+    nics = _add_scale_up(graph, cluster, ids)
     topology = cluster.fabric.topology
     if topology == "torus":
-        _add_torus(graph, cluster, ids)
+        _add_torus(graph, cluster, nics)
     elif topology == "dragonfly":
-        _add_dragonfly(graph, cluster, ids)
+        _add_dragonfly(graph, cluster, nics)
     else:
-        _add_tree(graph, cluster, ids)
+        _add_tree(graph, cluster, nics)
     return graph
 
 
@@ -213,11 +213,14 @@ def _edge(graph: nx.Graph, a: str, b: str, capacity: float, level_name: str) -> 
     graph.add_edge(a, b, capacity_gbytes_per_s=float(capacity), level=level_name, cost=LEVEL_COST[level_name])
 
 
-def _add_scale_up(graph: nx.Graph, cluster: ClusterSpec, ids: list[int]) -> None:
-    """GPUs on their domain's NVSwitch fabric, and each GPU's NICs (GPU j of a node uses NICs j*nics/G...)."""
+def _add_scale_up(graph: nx.Graph, cluster: ClusterSpec, ids: list[int]) -> dict[int, list[int]]:
+    """GPUs on their domain's NVSwitch fabric, and each GPU's NICs (GPU j of a node uses NICs j*nics/G...).
+    Returns the NIC indices present on each node (a cluster smaller than a node has fewer)."""
     g, nics, dom = cluster.node.gpus, cluster.node.nics, domain_gpus(cluster)
     nv, port = nvlink_gbytes_per_s(cluster), port_gbytes_per_s(cluster)
+    present: dict[int, list[int]] = {}
     for n in ids:
+        present[n] = []
         for local in range(min(g, cluster.num_gpus - n * g)):
             gpu = n * g + local
             graph.add_node(f"gpu:{gpu}", kind="gpu", node=n, domain=gpu // dom, local_rank=local)
@@ -227,6 +230,8 @@ def _add_scale_up(graph: nx.Graph, cluster: ClusterSpec, ids: list[int]) -> None
             for i in range(first, min(last, nics)):
                 graph.add_node(f"nic:{n}.{i}", kind="nic", node=n, rail=i)
                 _edge(graph, f"gpu:{gpu}", f"nic:{n}.{i}", port * (last - first), "pcie")
+                present[n].append(i)
+    return present
 
 
 def _unit(cluster: ClusterSpec, node: int, name: str) -> int:
@@ -235,20 +240,20 @@ def _unit(cluster: ClusterSpec, node: int, name: str) -> int:
     return node * cluster.node.gpus // lv.unit_gpus if lv else 0
 
 
-def _add_tree(graph: nx.Graph, cluster: ClusterSpec, ids: list[int]) -> None:
+def _add_tree(graph: nx.Graph, cluster: ClusterSpec, nics: dict[int, list[int]]) -> None:
     """Fat tree (a node's NICs on its leaf) or rail-optimized (NIC i on rail leaf i of the scalable unit),
     aggregated spine per pod, one core above the pods."""
     rail = cluster.fabric.topology == "rail_optimized"
     leaf_lv, pod_lv = level(cluster, "leaf_uplink"), level(cluster, "pod_uplink")
-    port, nics = port_gbytes_per_s(cluster), cluster.node.nics
-    for n in ids:
+    port, rails = port_gbytes_per_s(cluster), cluster.node.nics
+    for n, present in nics.items():
         unit, pod = _unit(cluster, n, "leaf_uplink"), _unit(cluster, n, "pod_uplink")
-        for i in range(nics):
+        for i in present:
             leaf = f"leaf:{unit}.{i}" if rail else f"leaf:{unit}"
             graph.add_node(leaf, kind="leaf", unit=unit, rail=i if rail else None)
             _edge(graph, f"nic:{n}.{i}", leaf, port, "nic")
             if leaf_lv:
-                trunk = leaf_lv.egress_gbytes_per_s / (nics if rail else 1)
+                trunk = leaf_lv.egress_gbytes_per_s / (rails if rail else 1)
                 graph.add_node(f"spine:{pod}", kind="spine", pod=pod)
                 _edge(graph, leaf, f"spine:{pod}", trunk, "leaf_uplink")
             if pod_lv:
@@ -256,7 +261,7 @@ def _add_tree(graph: nx.Graph, cluster: ClusterSpec, ids: list[int]) -> None:
                 _edge(graph, f"spine:{pod}", "core:0", pod_lv.egress_gbytes_per_s, "pod_uplink")
 
 
-def _add_dragonfly(graph: nx.Graph, cluster: ClusterSpec, ids: list[int]) -> None:
+def _add_dragonfly(graph: nx.Graph, cluster: ClusterSpec, nics: dict[int, list[int]]) -> None:
     """Routers of a group fully connected by local links; each pair of groups joined by one global link
     between gateway routers (index (ga + gb) mod routers), carrying 1/(groups - 1) of a group's global capacity."""
     local_lv, global_lv = level(cluster, "local"), level(cluster, "global")
@@ -264,10 +269,10 @@ def _add_dragonfly(graph: nx.Graph, cluster: ClusterSpec, ids: list[int]) -> Non
     group_gpus = global_lv.unit_gpus if global_lv else cluster.num_gpus
     per_group = max(1, group_gpus // router_gpus)
     routers = {}
-    for n in ids:
+    for n, present in nics.items():
         gpu = n * cluster.node.gpus
         routers[n] = (gpu // group_gpus, gpu % group_gpus // router_gpus)
-        for i in range(cluster.node.nics):
+        for i in present:
             _edge(graph, f"nic:{n}.{i}", _router(graph, *routers[n]), port_gbytes_per_s(cluster), "nic")
     groups = sorted({grp for grp, _ in routers.values()})
     if global_lv and len(groups) > 1:
@@ -289,22 +294,21 @@ def _router(graph: nx.Graph, group: int, index: int) -> str:
     return name
 
 
-def _add_torus(graph: nx.Graph, cluster: ClusterSpec, ids: list[int]) -> None:
+def _add_torus(graph: nx.Graph, cluster: ClusterSpec, nics: dict[int, list[int]]) -> None:
     """Each node's NICs feed its torus router; routers of neighbouring nodes are joined by torus links (a
     dimension of size 2 has both its + and - links to the same neighbour, hence twice the capacity)."""
     dims = torus_dims(max(1, math.ceil(cluster.num_gpus / cluster.node.gpus)))
     link = torus_link_gbytes_per_s(cluster)
-    for n in ids:
+    for n, present in nics.items():
         graph.add_node(f"router:{n}", kind="router", node=n, coords=torus_coords(n, dims))
-        for i in range(cluster.node.nics):
+        for i in present:
             _edge(graph, f"nic:{n}.{i}", f"router:{n}", port_gbytes_per_s(cluster), "nic")
-    present = set(ids)
-    for n in ids:
+    for n in nics:
         for axis, size in enumerate(dims):
             if size == 1:
                 continue
             coords = list(torus_coords(n, dims))
             coords[axis] = (coords[axis] + 1) % size
             m = coords[0] + dims[0] * (coords[1] + dims[1] * coords[2])
-            if m in present:
+            if m in nics:
                 _edge(graph, f"router:{n}", f"router:{m}", link * (2 if size == 2 else 1), "torus")
