@@ -13,9 +13,11 @@ from typing import Any
 
 from django import forms
 
-from planner import PlanSpec, SpecError, parse_spec
+from planner import PlanSpec, SpecError
 from planner.catalog import Catalog
 from planner.spec import SECTIONS, Field
+
+from . import services
 
 CUSTOM = "custom"
 HARDWARE = ("gpu", "node", "fabric")
@@ -142,7 +144,7 @@ class PlanForm(forms.Form):
         if self.errors:  # a choice outside the list; the engine would only repeat it
             return cleaned
         try:
-            self.spec = parse_spec(self.spec_data(), self.catalog)
+            self.spec = services.spec_parse(data=self.spec_data(), catalog=self.catalog)
         except SpecError as err:
             for e in err.errors:
                 target, own = self._field_for(e.field)

@@ -40,6 +40,9 @@ class CatalogRow(models.Model):
 
     def clean(self) -> None:
         errors = section_errors(self.SECTION, self.spec_fields())
+        for f in self._meta.concrete_fields:  # PostgreSQL cannot store NUL in text
+            if "\x00" in str(getattr(self, f.attname) or ""):
+                errors.setdefault(f.attname, []).append("must not contain NUL characters")
         if errors:
             raise ValidationError(errors)
 

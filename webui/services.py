@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -21,7 +22,7 @@ from django.db.models import F
 from django.utils import timezone
 
 import planner
-from planner import PlanSpec, SpecError, parse_spec
+from planner import FieldError, PlanSpec, SpecError, parse_spec
 from planner.catalog import FIXTURES_DIR, Catalog
 
 from .models import CATALOG_MODELS, CatalogRow, Plan
@@ -121,7 +122,21 @@ def catalog_seed(*, directory: Path | None = None) -> dict[str, int]:
 
 def spec_parse(*, data: Any, catalog: Catalog | None = None) -> PlanSpec:
     """Validate a spec document against the database catalog. Raises SpecError naming each bad field."""
-    return parse_spec(data, catalog if catalog is not None else catalog_as_dict())
+    spec = parse_spec(data, catalog if catalog is not None else catalog_as_dict())
+    # The engine takes any text for names; PostgreSQL's jsonb refuses NUL, and no name needs a control character.
+    bad = [FieldError(path, "must not contain control characters")
+           for path, value in _strings(spec.to_dict()) if any(ord(ch) < 32 or ord(ch) == 127 for ch in value)]
+    if bad:
+        raise SpecError(bad)
+    return spec
+
+
+def _strings(value: Any, path: str = "") -> Iterable[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(item, f"{path}.{key}" if path else key)
 
 
 def spec_hash(spec: dict[str, Any]) -> str:
@@ -137,7 +152,9 @@ def plan_create(*, spec: PlanSpec, top: int = 10) -> Plan:
     canonical = spec.to_dict()
     with transaction.atomic():
         plan = Plan.objects.create(spec=canonical, spec_hash=spec_hash(canonical), top=top)
-        plan_run_task.delay_on_commit(plan.pk)
+        # delay_on_commit, made robust: a broker that is down is logged, not turned into a 500 after the plan
+        # is saved. The plan stays queued and its page says so (#4's outbox will re-send such plans).
+        transaction.on_commit(partial(plan_run_task.delay, plan.pk), robust=True)
     return plan
 
 

@@ -97,3 +97,10 @@ def test_wrong_methods_are_refused(client, seeded):
 
 def test_the_catalog_lists_every_row_as_spec_fields(client, seeded):
     assert client.get("/api/catalog").json() == load_catalog()
+
+
+def test_a_nul_character_is_refused_not_a_database_error(client, seeded, small_spec):
+    small_spec["model"]["name"] = "bad\u0000name"  # PostgreSQL's jsonb cannot store it
+    response = post(client, small_spec)
+    assert response.status_code == 400
+    assert response.json()["errors"] == {"model.name": ["must not contain control characters"]}

@@ -94,6 +94,9 @@ def test_import_updates_by_name_and_reports_unchanged(seeded):
     ([42], "row 1 (?): must be an object"),
     ([{"model": "webui.teapot", "fields": {"name": "x"}}], "unknown model 'webui.teapot'"),
     ([{"model": "webui.gputype", "fields": {"name": "x", "colour": "red"}}], "unknown field(s) colour"),
+    ([{"model": "webui.nodetype", "fields": {"name": "x", "gpus": 8, "nvlink_gbytes_per_s": 900, "nics": 8,
+                                              "nic_gbits_per_s": 400, "source": "a\u0000b"}}],
+     "source: must not contain NUL"),
     ([{"model": "webui.gputype", "fields": {"name": "x", "peak_tflops": "fast", "memory_gib": 1,
                                              "memory_gbytes_per_s": 1}}], "row 1 (x): peak_tflops"),
 ])
