@@ -24,7 +24,7 @@ MAX_LABELLED_CELLS = 256  # past this, cell labels are unreadable; hover still t
 
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
-    return {"title": {"text": title, "x": 0, "font": {"size": 15}}, "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+    return {"title": {"text": title, "x": 0, "font": {"size": 15}}, "margin": {"l": 60, "r": 20, "t": 70, "b": 50},
             "legend": {"orientation": "h", "y": -0.2}, "hovermode": "closest", **extra}
 
 
@@ -115,14 +115,16 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
     per_node = int(pm.get("gpus_per_node") or 0) or max((c["gpu"] for c in cells), default=0) + 1
     if not cells or per_node < 1:
         return None
-    first_node = min(int(c.get("node", c["gpu"] // per_node)) for c in cells)
-    rows = max(int(c.get("node", c["gpu"] // per_node)) for c in cells) - first_node + 1
-    z: list[list[Any]] = [[None] * per_node for _ in range(rows)]
-    text = [[""] * per_node for _ in range(rows)]
-    hover = [[""] * per_node for _ in range(rows)]
+    # The engine may show a sample of nodes (the first nodes of a few pipeline stages): one row per node shown.
+    node_of = {id(c): int(c.get("node", c["gpu"] // per_node)) for c in cells}
+    nodes = sorted(set(node_of.values()))
+    row_of = {node: row for row, node in enumerate(nodes)}
+    z: list[list[Any]] = [[None] * per_node for _ in nodes]
+    text = [[""] * per_node for _ in nodes]
+    hover = [[""] * per_node for _ in nodes]
     domains: dict[Any, list[int]] = {}
     for c in cells:
-        row, col = int(c.get("node", c["gpu"] // per_node)) - first_node, int(c["gpu"]) % per_node
+        row, col = row_of[node_of[id(c)]], int(c["gpu"]) % per_node
         z[row][col] = c.get("pp", 0)
         text[row][col] = f"TP{c.get('tp', '?')} DP{c.get('dp', '?')}"
         hover[row][col] = "<br>".join(f"{k}: {c[k]}" for k in ("gpu", "node", "rank", "domain", "tp", "cp", "dp",
@@ -136,7 +138,7 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
         colourscale += [[s / stages, colour], [(s + 1) / stages, colour]]
     heatmap: dict[str, Any] = {
         "type": "heatmap", "z": z, "zmin": -0.5, "zmax": stages - 0.5, "colorscale": colourscale,
-        "x": list(range(per_node)), "y": [f"node {first_node + r}" for r in range(rows)],
+        "x": list(range(per_node)), "y": [f"node {node}" for node in nodes],
         "customdata": hover, "hovertemplate": "%{customdata}<extra></extra>", "xgap": 2, "ygap": 2,
         "colorbar": {"title": {"text": "PP stage"}}}
     if len(cells) <= MAX_LABELLED_CELLS:
@@ -147,11 +149,13 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
     shapes = [{"type": "rect", "x0": b[2] - 0.5, "x1": b[3] + 0.5, "y0": b[0] - 0.5, "y1": b[1] + 0.5,
                "line": {"color": "#111", "width": 3}, "fillcolor": "rgba(0,0,0,0)"} for b in domains.values()]
     shown, total = pm.get("gpus_shown", len(cells)), pm.get("gpus_total", len(cells))
-    title = "Placement of the best plan: GPUs by node, NVLink domains outlined, colour = pipeline stage"
+    title = "Placement of the best plan"
     if total and shown and shown < total:
-        title += f" (first {shown} of {total} GPUs)"
+        title += f" ({shown} of {total} GPUs: the first nodes of each pipeline stage shown)"
+    title += ("<br><span style='font-size:12px'>GPUs by node; NVLink domains outlined; colour = pipeline stage; "
+              "label = rank in its TP group and DP replica</span>")
     return {"data": data, "layout": _layout(
-        title, height=min(2000, 140 + 30 * rows), shapes=shapes,
+        title, height=min(2000, 140 + 30 * len(nodes)), shapes=shapes,
         xaxis={"title": {"text": "GPU slot in node"}, "dtick": 1},
         yaxis={"autorange": "reversed", "type": "category", "automargin": True})}
 

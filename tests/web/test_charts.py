@@ -76,7 +76,7 @@ def test_an_nvlink_domain_larger_than_a_node_is_outlined_across_nodes():
     fig = charts.placement_map(answer)
     assert len(fig["data"][0]["z"]) == 4
     assert [(s["y0"], s["y1"]) for s in fig["layout"]["shapes"]] == [(-0.5, 3.5)]
-    assert "first 16 of 144 GPUs" in fig["layout"]["title"]["text"]
+    assert "16 of 144 GPUs" in fig["layout"]["title"]["text"]
 
 
 def test_the_candidates_chart_joins_the_pareto_front_and_stars_the_best():
@@ -107,3 +107,15 @@ def test_a_real_engine_answer_gives_every_chart(seeded, small_spec):
     assert list(figures) == ["step-time", "comm", "memory", "placement", "candidates"]
     heat = figures["placement"]["data"][0]
     assert sum(v is not None for row in heat["z"] for v in row) == plan.result["placement_map"]["gpus_shown"]
+
+
+def test_a_sample_of_nodes_from_several_stages_is_drawn_without_empty_rows():
+    answer = copy.deepcopy(ANSWER)
+    answer["placement_map"] = {"gpus_per_node": 8, "gpus_total": 512, "gpus_shown": 32, "cells": [
+        {"gpu": g, "node": g // 8, "domain": g // 8, "tp": g % 8, "dp": 0, "pp": g // 128}
+        for node in (0, 1, 16, 17) for g in range(node * 8, node * 8 + 8)]}
+    fig = charts.placement_map(answer)
+    heat = fig["data"][0]
+    assert heat["y"] == ["node 0", "node 1", "node 16", "node 17"]
+    assert [row[0] for row in heat["z"]] == [0, 0, 1, 1]
+    assert len(fig["layout"]["shapes"]) == 4
