@@ -101,7 +101,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
     mem_f = elementwise_bytes(m, training, shard) * t / hbm_bytes_per_s(gpu)
     launches = C.KERNELS_PER_LAYER_FORWARD * C.KERNEL_OVERHEAD_S
     fwd = qkv[0] + proj[0] + attn_f + mlp_f + mem_f + launches
-    bwd = qkv[1] + proj[1] + attn_b + mlp_b + 2.0 * mem_f + 2.0 * launches
+    bwd = qkv[1] + proj[1] + attn_b + mlp_b + C.ELEMENTWISE_BACKWARD_FACTOR * mem_f + 2.0 * launches
     logits_f, logits_b = gemm_fwd_bwd(t, m.vocab / tp, h, gpu, fp8)
     # Vocab-parallel cross-entropy in fp32 (Megatron): ~3 passes over the logits forward (max, exp-sum, loss),
     # ~2.5 backward, 4 bytes each.
@@ -157,16 +157,14 @@ def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: S
     rows = t * heads
     scores = gemm_fwd_bwd(rows, m.seq_len, d, gpu, False)
     values = gemm_fwd_bwd(rows, d, m.seq_len, gpu, False)
-    dropout = is_gpt_style(m)
-    # Bytes per score element, forward: softmax reads and writes 2-byte scores (4); dropout reads, writes and
-    # stores a 1-byte mask (5). Backward streams about twice as much.
-    softmax_bytes = rows * m.seq_len * (4.0 + (5.0 if dropout else 0.0))
-    soft_t = softmax_bytes / hbm_bytes_per_s(gpu)
-    return scores[0] + values[0] + soft_t, scores[1] + values[1] + 2.0 * soft_t
+    fwd_bytes, bwd_bytes = C.SOFTMAX_DROPOUT_BYTES if is_gpt_style(m) else C.SOFTMAX_BYTES
+    elements = rows * m.seq_len
+    soft_f, soft_b = (elements * b / hbm_bytes_per_s(gpu) for b in (fwd_bytes, bwd_bytes))
+    return scores[0] + values[0] + soft_f, scores[1] + values[1] + soft_b
 
 
 def elementwise_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> np.ndarray:
-    """HBM bytes per token of one layer's memory-bound kernels, forward (backward streams about twice this).
+    """HBM bytes per token of one layer's memory-bound kernels, forward (ELEMENTWISE_BACKWARD_FACTOR x backward).
 
     Counted from Megatron's fused kernels, 2-byte elements: each norm reads and writes h; a bias-dropout-add
     reads 2h, writes h and a 1-byte mask (3.5h; a plain residual add 3h); the activation reads and writes

@@ -39,9 +39,18 @@ CAUSAL_FRACTION = 0.5
 # optimizer) reach. STREAM-like kernels reach ~0.85-0.92 of HBM peak on A100/H100 (NVIDIA, "CUDA C++ Best
 # Practices", effective bandwidth; babelstream). FITTED within [0.6, 0.92].
 HBM_EFFICIENCY = 0.85
+# HBM traffic of the element-wise kernels' backward relative to their forward, counted per element:
+# LayerNorm 8h vs 4h bytes (reads dy and x, writes dx, adds the residual gradient), bias-dropout-add 5h vs 7h,
+# GeLU 6f vs 4f (SwiGLU 10f vs 6f): 50h+6f vs 38h+4f for a GPT layer, ~1.3-1.4 overall.
+ELEMENTWISE_BACKWARD_FACTOR = 1.35
+# Unfused softmax + dropout over the s x s scores: forward 9 bytes per element (softmax reads and writes 2-byte
+# scores, dropout reads, writes and keeps a 1-byte mask), backward 11 (softmax reads y and dy, writes dx;
+# dropout reads dy and the mask, writes dx).
+SOFTMAX_DROPOUT_BYTES = (9.0, 11.0)
+SOFTMAX_BYTES = (4.0, 6.0)  # without dropout
 # Fixed cost of one kernel (launch, ramp-up and tail), seconds. CUDA launch latency is ~3-5 us, a kernel's
 # tail another 1-3 us (NVIDIA Nsight traces of Megatron layers). FITTED within [2, 10] us.
-KERNEL_OVERHEAD_S = 4e-6
+KERNEL_OVERHEAD_S = 3e-6
 # Kernels per transformer layer in the forward pass (Megatron fused kernels: norm, QKV, rotary or none,
 # attention 1-3, projection, bias-dropout-add, norm, MLP up, activation, MLP down, bias-dropout-add).
 KERNELS_PER_LAYER_FORWARD = 12

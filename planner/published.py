@@ -10,6 +10,8 @@ step time is compared with the measured one. Interpretation rules for rows, stat
   unfused softmax; Hopper and later use flash attention.
 - Recomputation: as stated; Megatron-LM's 2020 README runs used --checkpoint-activations (its TFLOP/s count the
   recomputed forward, per the rows' tflops_kind).
+- Sequence parallelism and optimizer sharding are opt-in features a paper states when it uses them: a null
+  means off (SP off, ZeRO stage 0). Both postdate the 2020-21 Megatron runs (Korthikanti et al. 2022).
 - The measured step time: step_time_s, else the derived one, else from tokens/s/GPU, MFU or TFLOP/s/GPU (hardware
   FLOPs when the row says its TFLOP/s include recomputation, model FLOPs otherwise).
 """
@@ -55,11 +57,27 @@ def _recompute(row: dict[str, Any]) -> str | None:
     return None
 
 
+def _zero(sharding: Any) -> int:
+    """optimizer_sharding: null or false -> 0; a ZeRO stage number, or "distributed optimizer" -> 1."""
+    if isinstance(sharding, int) and not isinstance(sharding, bool):
+        return sharding
+    text = str(sharding or "").lower()
+    for stage in ("3", "2"):
+        if f"zero-{stage}" in text or f"zero {stage}" in text or f"stage {stage}" in text or "fsdp" in text and stage == "3":
+            return int(stage)
+    return 1 if text and text not in ("none", "false", "no") else 0
+
+
 def _precision(row: dict[str, Any], gpu: str) -> str:
+    """fp8 and bf16 as stated; "fp16", "16-bit" or unstated on V100/A100 -> fp16 (Megatron trained GPT in fp16
+    until 2021; only the gradient width, 2 vs 4 bytes, differs in the model)."""
     text = (row.get("precision") or "").lower()
     if "fp8" in text:
         return "fp8"
-    return "fp16" if "V100" in gpu or "fp16" in text else "bf16"
+    if "bf16" in text:
+        return "bf16"
+    pre_bf16 = any(g in gpu for g in PRE_FLASH_GPUS)
+    return "fp16" if "fp16" in text or "16-bit" in text or (not text and pre_bf16) else "bf16"
 
 
 def _gated(row: dict[str, Any]) -> bool:
@@ -87,8 +105,8 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog) -> dict[str, Any]:
     layout = {k: row.get(k) for k in ("tp", "pp", "dp", "cp", "ep", "micro_batch")}
     layout["vpp"] = row.get("vp")
     layout["recompute"] = _recompute(row)
-    if isinstance(row.get("sequence_parallel"), bool):
-        layout["sequence_parallel"] = row["sequence_parallel"]
+    layout["sequence_parallel"] = bool(row.get("sequence_parallel"))
+    layout["zero"] = _zero(row.get("optimizer_sharding"))
     layout["cp"] = layout["cp"] or 1
     layout["ep"] = layout["ep"] or 1
     attention = "unfused" if any(g in gpu for g in PRE_FLASH_GPUS) else "flash"
@@ -132,11 +150,23 @@ class Comparison:
         return None if self.predicted_s is None else self.predicted_s / self.measured_s - 1.0
 
 
-def compare(rows: list[dict[str, Any]], catalog: Catalog | None = None) -> list[Comparison]:
+def apply_overlay(doc: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """Add layout details the row leaves null but its authors published elsewhere (launch scripts)."""
+    for key in ("micro_batch", "vpp", "recompute", "sequence_parallel", "zero"):
+        if key in overlay:
+            doc["layout"][key] = overlay[key]
+    if "overlap_grad_reduce" in overlay:
+        doc["training"]["overlap_grad_reduce"] = overlay["overlap_grad_reduce"]
+    return doc
+
+
+def compare(rows: list[dict[str, Any]], catalog: Catalog | None = None,
+            overlays: dict[str, dict[str, Any]] | None = None) -> list[Comparison]:
     catalog = catalog or load_catalog()
     out = []
     for row in rows:
-        spec = parse_spec(row_to_spec_doc(row, catalog), catalog)
+        doc = apply_overlay(row_to_spec_doc(row, catalog), (overlays or {}).get(row["id"], {}))
+        spec = parse_spec(doc, catalog)
         measured = measured_step_time(row, spec)
         if measured is None:
             continue
@@ -161,6 +191,10 @@ def error_table(comparisons: list[Comparison]) -> str:
         lines.append(f"median |error| {statistics.median(errors):.1%}, max |error| {max(errors):.1%}, "
                      f"{len(errors)} runs")
     return "\n".join(lines)
+
+
+def load_overlays(path: Path | str) -> dict[str, dict[str, Any]]:
+    return json.loads(Path(path).read_text())["runs"]
 
 
 def load_rows(path: Path | str) -> list[dict[str, Any]]:

@@ -68,6 +68,9 @@ TRAINING_FIELDS = (
           help="Matrix-multiply precision: bf16/fp16, or fp8 (Transformer Engine style, bf16 elsewhere)."),
     Field("tokens", float, None, lo=0, hi=1e16, unit="tokens",
           help="Tokens to train, for time to train and GPU-hours."),
+    Field("overlap_grad_reduce", bool, True,
+          help="Overlap the data-parallel gradient reduction with the backward pass (PyTorch DDP, Megatron "
+               "--overlap-grad-reduce); off = reduce after the backward pass."),
     Field("attention", str, "flash", choices=ATTENTION_KERNELS,
           help="Attention kernel: flash (fused, causal, no s x s matrix in memory) or unfused "
                "(Megatron before FlashAttention, 2022)."),
@@ -179,6 +182,7 @@ class TrainingSpec:
     global_batch: int
     precision: str
     tokens: float | None
+    overlap_grad_reduce: bool
     attention: str
 
 

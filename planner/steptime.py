@@ -158,7 +158,7 @@ def _pp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndar
 def _dp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, params: np.ndarray, fwd: np.ndarray,
              bwd: np.ndarray, micro: np.ndarray) -> list[Collective]:
     """Gradient reduction over the data-parallel group, overlapped (DP_OVERLAP_EFFICIENCY) with the last
-    micro-batch's backward pass: ZeRO-0 all-reduces the gradients; ZeRO-1/2 reduce-scatter them and all-gather
+    micro-batch's backward pass unless training.overlap_grad_reduce is off: ZeRO-0 all-reduces the gradients; ZeRO-1/2 reduce-scatter them and all-gather
     the updated 2-byte weights, hidden behind the next step's first forward; ZeRO-3 gathers the weights for
     every micro-batch's forward and backward and reduce-scatters its gradients (Rajbhandari et al. 2020)."""
     grad = C.GRAD_BYTES[spec.training.precision] * params
@@ -169,8 +169,9 @@ def _dp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, params: np.ndar
     ar = _collective(spec, placement, "dp", "all_reduce", grad, np.where(z == 0, one, 0.0))
     rs = _collective(spec, placement, "dp", "reduce_scatter", grad, np.where(z >= 1, calls, 0.0))
     ag = _collective(spec, placement, "dp", "all_gather", weights, np.where(z >= 1, calls * np.where(z == 3, 2, 1), 0))
-    hide_b = C.DP_OVERLAP_EFFICIENCY * bwd * calls
-    hide_f = C.DP_OVERLAP_EFFICIENCY * np.where(z == 3, fwd + bwd, fwd) * calls
+    overlap = C.DP_OVERLAP_EFFICIENCY if spec.training.overlap_grad_reduce else 0.0
+    hide_b = overlap * bwd * calls
+    hide_f = overlap * np.where(z == 3, fwd + bwd, fwd) * calls
     ar.exposed_s = np.maximum(0.0, ar.time_s - hide_b)
     rs.exposed_s = np.maximum(0.0, rs.time_s - hide_b)
     ag.exposed_s = np.maximum(0.0, ag.time_s - hide_f)
