@@ -163,7 +163,8 @@ def collective_time(op: str, nbytes: np.ndarray | float, group: GroupPlacement,
     times = np.stack([sum(o.latency_us.values()) * 1e-6 + size * o.s_per_byte for o in options])
     best = np.argmin(times, axis=0)
     launch = LAUNCH_OVERHEAD_US * 1e-6
-    fabrics = sorted({f for o in options for f in o.share} | {outer})
+    fabrics = sorted({f for o in options for f in o.share}
+                     | {f for o in options for f, us in o.latency_us.items() if us > 0} | {outer})
     by_fabric = {}
     for fab in fabrics:
         per_option = np.stack([o.latency_us.get(fab, 0.0) * 1e-6 + size * o.s_per_byte * o.share.get(fab, 0.0)
