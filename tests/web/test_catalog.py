@@ -123,3 +123,11 @@ def test_the_catalog_command_exports_and_imports(seeded, tmp_path, capsys):
     assert len(json.loads(out.read_text())) == seeded["created"]
     call_command("catalog", "import", str(out))
     assert "0 created, 0 updated" in capsys.readouterr().out
+
+
+def test_the_probe_spec_rows_are_checked_in_is_itself_valid():
+    # If the engine's rules change so that the probe fails, rows would be checked against the wrong errors.
+    from planner import parse_spec
+    from webui.models import _PROBE
+
+    parse_spec(_PROBE)
