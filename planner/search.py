@@ -105,9 +105,12 @@ def micro_batch_options(spec: PlanSpec, dp: int) -> list[int]:
 
 
 def vpp_options(spec: PlanSpec, pp: int) -> list[int]:
-    if pp == 1 or spec.model.layers % pp:
+    """Virtual stages divide the (padded) layers of a stage: 126 layers on 16 stages are 8 slots per stage with
+    the first and last one short, interleaved as Llama 3 405B was."""
+    if pp == 1:
         return _pinned([1], spec.layout.vpp)
-    return _pinned([v for v in divisors(spec.model.layers // pp) if v <= MAX_VPP], spec.layout.vpp)
+    per_stage = -(-spec.model.layers // pp)
+    return _pinned([v for v in divisors(per_stage) if v <= MAX_VPP], spec.layout.vpp)
 
 
 def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vpp: int, rc: str, sp: bool,
@@ -120,8 +123,9 @@ def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vp
         return "ep_invalid", f"EP={ep} must divide the {m.experts} experts and DP={dp}"
     if sp and tp == 1:
         return "sp_needs_tp", "sequence parallelism needs TP > 1"
-    if vpp > 1 and (pp == 1 or m.layers % (pp * vpp)):
-        return "vpp_invalid", f"{vpp} virtual stages need PP > 1 and {m.layers} layers divisible by PP x {vpp}"
+    if vpp > 1 and (pp == 1 or -(-m.layers // pp) % vpp):
+        return "vpp_invalid", (f"{vpp} virtual stages need PP > 1 and the {-(-m.layers // pp)} layers of a stage "
+                               f"to split evenly into them")
     if vpp > 1 and (b // dp // mb) % pp:
         return "vpp_needs_microbatches", (f"interleaving needs the {b // dp // mb} micro-batches to be a multiple "
                                           f"of PP={pp}")
