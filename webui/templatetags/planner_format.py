@@ -72,3 +72,16 @@ def as_json(value: Any) -> str:
     import json
 
     return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+@register.filter
+def count(value: Any) -> str:
+    """Large counts the way people say them: 15T, 2.1B, 300M, 45,000."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return "–"
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{suffix}"
+    return f"{round(x):,}"
