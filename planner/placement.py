@@ -24,7 +24,7 @@ import numpy as np
 
 from .collectives import net_efficiency, nvlink_ring_busbw
 from .spec import RANK_ORDERS, ClusterSpec
-from .topology import (SWITCH_KINDS, build_graph, domain_gpus, levels, nic_gbytes_per_gpu, torus_coords,
+from .topology import (SCALE_OUT_SWITCH_KINDS, build_graph, domain_gpus, levels, nic_gbytes_per_gpu, torus_coords,
                        torus_dims, torus_link_gbytes_per_s, torus_route)
 
 KINDS = ("tp", "cp", "dp", "pp", "ep")
@@ -171,17 +171,28 @@ class _Shape:
     bottleneck: str
 
 
+def _worst_start(stride: int, size: int, unit: int, total: int) -> int:
+    """First GPU of the group that spans the most units of `unit` GPUs: groups start at multiples j of the
+    block (stride * size GPUs of interleaved groups) plus a lane < stride, and the one that starts furthest
+    into a unit spans the most. Block starts fall on multiples of gcd(block, unit) within a unit."""
+    block = stride * size
+    step = math.gcd(block, unit)
+    period = unit // step
+    blocks = max(1, total // block)
+    if blocks >= period:  # every offset occurs: solve j * block = unit - step (mod unit)
+        j = (period - 1) * pow(block // step, -1, period) % period if period > 1 else 0
+    else:
+        j = max(range(blocks), key=lambda i: i * block % unit)
+    start = j * block
+    return start + min(stride - 1, unit - 1 - start % unit)
+
+
 def _spread(stride: int, size: int, unit: int, total: int) -> tuple[int, int]:
     """(members per unit, units spanned) of the group that spans the most units: `size` members `stride` GPUs
-    apart, units of `unit` GPUs, `total` GPUs. Groups start at multiples of the block (stride * size GPUs of
-    interleaved groups) plus a lane < stride; the one starting furthest into a unit spans the most."""
+    apart, units of `unit` GPUs, `total` GPUs."""
     if stride >= unit:
         return 1, size
-    block = stride * size
-    step = math.gcd(block, unit)  # block starts fall on multiples of this, within a unit
-    blocks = max(1, total // block)
-    start = unit - step if blocks >= unit // step else max(j * block % unit for j in range(blocks))
-    offset = min(unit - 1, start + stride - 1)
+    offset = _worst_start(stride, size, unit, total) % unit
     units = min(size, (offset + (size - 1) * stride) // unit + 1)
     return -(-size // units), units
 
@@ -264,14 +275,15 @@ def _route(cluster: ClusterSpec, a: int, b: int) -> tuple[tuple[str, ...], int]:
     graph = build_graph(cluster, window)
     path = nx.shortest_path(graph, f"gpu:{a}", f"gpu:{b}", weight="cost")
     edge_levels = {graph.edges[u, v]["level"] for u, v in zip(path, path[1:])} - {"pcie"}
-    switches = sum(1 for v in path if graph.nodes[v]["kind"] in SWITCH_KINDS and graph.nodes[v]["kind"] != "nvswitch")
+    switches = sum(1 for v in path if graph.nodes[v]["kind"] in SCALE_OUT_SWITCH_KINDS)
     return tuple(x for x in LINK_ORDER if x in edge_levels), max(1, switches)
 
 
 def _torus_load(cluster: ClusterSpec, stride: int, size: int, closed: bool) -> tuple[list, tuple[int, int]]:
-    """3D torus: every group of a kind is (near enough) a translate, so the ring traffic on the links of one
-    dimension, in rings per link, is (groups) x (their hops along it) / (links) = G x H_d / n with G GPUs per
-    node, H_d the group's ring hops along d, n its size. Counter-rotating rings use both directions of a link."""
+    """3D torus: taking every group of a kind as a translate of the one that spans the most domains, the ring
+    traffic on the links of one dimension, in rings per link, is (groups) x (their hops along it) / (links)
+    = G x H_d / n, with G GPUs per node, H_d that group's ring hops along d and n its size. Counter-rotating
+    rings use both directions of a link. An average: hot spots (e.g. at domain boundaries) are not modelled."""
     hops, pair = _torus_ring_hops(cluster, stride, size, closed)
     load = max(cluster.node.gpus * h / size for h in hops)
     egress = 2 * torus_link_gbytes_per_s(cluster) / load
@@ -282,12 +294,13 @@ def _torus_load(cluster: ClusterSpec, stride: int, size: int, closed: bool) -> t
 @lru_cache(maxsize=1024)
 def _torus_ring_hops(cluster: ClusterSpec, stride: int, size: int, closed: bool
                      ) -> tuple[tuple[float, float, float], tuple[int, int]]:
-    """Hops of the rank-0 group's ring along x, y, z (only edges between NVLink domains use the torus), and
-    its longest such edge as a GPU pair."""
+    """Hops of one group's ring along x, y, z (the group spanning the most NVLink domains; only edges between
+    domains use the torus), and its longest such edge as a GPU pair."""
     g, dom = cluster.node.gpus, domain_gpus(cluster)
     dims = torus_dims(max(1, math.ceil(cluster.num_gpus / g)))
     count = min(size, TORUS_SAMPLE_EDGES)
-    gpus = _straddling_base(stride, size, dom) + np.arange(count, dtype=np.int64) * stride
+    start = _worst_start(stride, size, dom, cluster.num_gpus) if stride < dom else 0
+    gpus = start + np.arange(count, dtype=np.int64) * stride
     a, b = gpus[:-1], gpus[1:]
     if closed and count == size:
         a, b = np.append(a, gpus[-1]), np.append(b, gpus[0])
@@ -301,16 +314,6 @@ def _torus_ring_hops(cluster: ClusterSpec, stride: int, size: int, closed: bool
     worst = int(np.argmax(dist.sum(axis=0)))
     hops = tuple(float(h) * scale for h in dist.sum(axis=1))
     return hops, (int(a[worst]), int(b[worst]))
-
-
-def _straddling_base(stride: int, size: int, dom: int) -> int:
-    """First GPU of the first group (bases are multiples of the block stride*size) that spans two domains;
-    0 when groups span several domains anyway. Such a group exists within lcm(block, dom) GPUs."""
-    block, span = stride * size, (size - 1) * stride + 1
-    for base in range(0, math.lcm(block, dom), block):
-        if base // dom != (base + span - 1) // dom:
-            return base
-    return 0
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from .spec import ClusterSpec
 
 # A whole-cluster graph is for inspection and tests only; placement works on windows of two or three nodes.
 MAX_GRAPH_NODES = 2048
-SWITCH_KINDS = ("nvswitch", "leaf", "spine", "core", "router")
+SCALE_OUT_SWITCH_KINDS = ("leaf", "spine", "core", "router")  # the NVSwitch is scale-up
 # Routing preference (networkx `weight`): NCCL keeps traffic on NVLink and on its rail (PXN) before it climbs
 # to the spines, so a hop up the tree costs more than a detour through the NVSwitch.
 LEVEL_COST = {"nvlink": 0.1, "pcie": 0.1, "nic": 1.0, "local": 2.0, "torus": 1.0,
