@@ -113,6 +113,12 @@ def vpp_options(spec: PlanSpec, pp: int) -> list[int]:
     return _pinned([v for v in divisors(per_stage) if v <= MAX_VPP], spec.layout.vpp)
 
 
+def recompute_options(spec: PlanSpec) -> list[str]:
+    """Selective recomputation repeats the attention core to avoid storing the s x s scores; flash attention
+    never stores them, so the search offers it only with unfused attention (a pin still gets a reason)."""
+    return list(RECOMPUTE) if spec.training.attention == "unfused" else ["none", "full"]
+
+
 def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vpp: int, rc: str, sp: bool,
                  zero: int) -> tuple[str, str] | None:
     """Checks on the inner axes; only pins can break the first few, as the generators never offer them."""
@@ -165,7 +171,7 @@ def enumerate_layouts(spec: PlanSpec, rejected: Rejections) -> Layouts:
 def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejections) -> list[tuple]:
     pin = spec.layout
     axes = (ep_options(spec, dp), micro_batch_options(spec, dp), vpp_options(spec, pp),
-            _pinned(list(RECOMPUTE), pin.recompute),
+            _pinned(recompute_options(spec), pin.recompute),
             _pinned([False, True] if tp > 1 else [False], pin.sequence_parallel),
             _pinned([0, 1, 2, 3] if dp * cp > 1 else [0], pin.zero),
             _pinned(list(RANK_ORDERS) if pp > 1 and dp > 1 else [RANK_ORDERS[0]], pin.rank_order))

@@ -157,22 +157,29 @@ def _pp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndar
 
 def _dp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, params: np.ndarray, fwd: np.ndarray,
              bwd: np.ndarray, micro: np.ndarray) -> list[Collective]:
-    """Gradient reduction over the data-parallel group, overlapped (DP_OVERLAP_EFFICIENCY) with the last
-    micro-batch's backward pass unless training.overlap_grad_reduce is off: ZeRO-0 all-reduces the gradients; ZeRO-1/2 reduce-scatter them and all-gather
-    the updated 2-byte weights, hidden behind the next step's first forward; ZeRO-3 gathers the weights for
-    every micro-batch's forward and backward and reduce-scatters its gradients (Rajbhandari et al. 2020)."""
+    """Gradient reduction over the data-parallel group (Rajbhandari et al. 2020), hidden behind compute at
+    DP_OVERLAP_EFFICIENCY unless training.overlap_grad_reduce is off. ZeRO-0 all-reduces the gradients behind the
+    last micro-batch's backward pass; ZeRO-1/2 reduce-scatter them there and all-gather the updated 2-byte
+    weights behind the next step's first forward; ZeRO-3 gathers the weights for every micro-batch's forward and
+    backward and reduce-scatters its gradients, all three behind that micro-batch's compute. Traffic that shares
+    a compute window is hidden jointly: what exceeds the window is exposed."""
     grad = C.GRAD_BYTES[spec.training.precision] * params
     weights = C.WEIGHT_BYTES * params
     z = lay.zero
-    one = np.ones_like(params)
-    calls = np.where(z == 3, micro, 1.0)
-    ar = _collective(spec, placement, "dp", "all_reduce", grad, np.where(z == 0, one, 0.0))
+    per_micro = z == 3
+    calls = np.where(per_micro, micro, 1.0)
+    ar = _collective(spec, placement, "dp", "all_reduce", grad, np.where(z == 0, 1.0, 0.0))
     rs = _collective(spec, placement, "dp", "reduce_scatter", grad, np.where(z >= 1, calls, 0.0))
-    ag = _collective(spec, placement, "dp", "all_gather", weights, np.where(z >= 1, calls * np.where(z == 3, 2, 1), 0))
+    ag = _collective(spec, placement, "dp", "all_gather", weights, np.where(z >= 1, calls * np.where(per_micro, 2, 1), 0))
     overlap = C.DP_OVERLAP_EFFICIENCY if spec.training.overlap_grad_reduce else 0.0
-    hide_b = overlap * bwd * calls
-    hide_f = overlap * np.where(z == 3, fwd + bwd, fwd) * calls
-    ar.exposed_s = np.maximum(0.0, ar.time_s - hide_b)
-    rs.exposed_s = np.maximum(0.0, rs.time_s - hide_b)
-    ag.exposed_s = np.maximum(0.0, ag.time_s - hide_f)
+    # ZeRO 0-2: the reduction hides behind one backward, the gather behind one forward.
+    ar.exposed_s = np.maximum(0.0, ar.time_s - overlap * bwd)
+    rs.exposed_s = np.where(per_micro, 0.0, np.maximum(0.0, rs.time_s - overlap * bwd))
+    ag.exposed_s = np.where(per_micro, 0.0, np.maximum(0.0, ag.time_s - overlap * fwd))
+    # ZeRO-3: per micro-batch, gathers and reduction share that micro-batch's forward + backward.
+    joint = rs.time_s + ag.time_s
+    excess = np.maximum(0.0, joint - overlap * (fwd + bwd) * calls)
+    share = np.divide(rs.time_s, joint, out=np.zeros_like(joint), where=joint > 0)
+    rs.exposed_s = np.where(per_micro, excess * share, rs.exposed_s)
+    ag.exposed_s = np.where(per_micro, excess * (1.0 - share), ag.exposed_s)
     return [ar, rs, ag]

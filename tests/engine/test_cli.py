@@ -1,0 +1,66 @@
+"""The command line: JSON and table output, clear errors without tracebacks."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import EXAMPLES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "planner", *args], cwd=ROOT, input=stdin, text=True,
+                          capture_output=True, timeout=120)
+
+
+def test_plan_prints_the_answer_as_json():
+    out = run("plan", str(EXAMPLES / "llama3-70b-h100-512-pinned.json"), "--top", "3")
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout)
+    assert len(answer["plans"]) == 3 and answer["plans"][0]["layout"]["tp"] == 8
+
+
+def test_plan_prints_a_table():
+    out = run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), "--format", "table", "--top", "2")
+    assert out.returncode == 0, out.stderr
+    assert "best: TP" in out.stdout and "rejected:" in out.stdout and "tp_crosses_nvlink_domain" in out.stdout
+
+
+def test_bad_field_exits_non_zero_with_the_field_named(tmp_path):
+    spec = json.loads((EXAMPLES / "gpt3-175b-a100-1024.json").read_text())
+    spec["model"]["heads"] = 100
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(spec))
+    out = run("plan", str(path))
+    assert out.returncode == 2 and out.stdout == ""
+    assert "model.heads: must divide model.hidden (12288)" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_broken_json_and_missing_files_are_clear(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"model": ')
+    out = run("plan", str(broken))
+    assert out.returncode == 2 and "invalid JSON at line 1" in out.stderr and "Traceback" not in out.stderr
+    out = run("plan", str(tmp_path / "missing.json"))
+    assert out.returncode == 2 and "cannot read" in out.stderr
+
+
+def test_spec_from_standard_input():
+    out = run("plan", "-", "--top", "1", stdin=(EXAMPLES / "gpt3-175b-a100-1024.json").read_text())
+    assert out.returncode == 0 and len(json.loads(out.stdout)["plans"]) == 1
+
+
+def test_bad_arguments_are_usage_errors():
+    out = run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), "--top", "zero")
+    assert out.returncode == 2 and "--top must be a whole number" in out.stderr
+
+
+def test_the_engine_imports_without_django():
+    code = "import sys, planner, planner.report, planner.cli; assert not any(m.startswith('django') for m in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
