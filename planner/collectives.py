@@ -86,7 +86,8 @@ HOP_LATENCY_US = 0.2
 @dataclass(frozen=True)
 class CollectiveCost:
     time_s: np.ndarray                  # same shape as nbytes
-    by_fabric: dict[str, np.ndarray]    # e.g. {"nvlink": ..., "infiniband": ...}; sums to time_s
+    by_fabric: dict[str, np.ndarray]    # e.g. {"nvlink": ..., "infiniband": ...}; sums to time_s (the
+                                        # per-call launch overhead counts on the group's outermost fabric)
     algorithm: str                      # chosen for the largest message: "ring", "hierarchical ring", "tree",
                                         # "hierarchical tree", "nvls", "nvls_tree", "direct" (all-to-all), "p2p"
     protocol: str = "Simple"            # NCCL protocol chosen for the largest message: LL, LL128, Simple
@@ -152,6 +153,8 @@ def nvls_busbw(cluster: ClusterSpec) -> float:
 def collective_time(op: str, nbytes: np.ndarray | float, group: GroupPlacement,
                     cluster: ClusterSpec) -> CollectiveCost:
     """Seconds for `op` on `group` moving `nbytes` (vectorised), argmin over algorithms and protocols."""
+    if op not in OPS:
+        raise ValueError(f"unknown collective {op!r} (known: {', '.join(OPS)})")
     factor = bus_factor(op, max(1, group.size))
     size = np.asarray(nbytes, dtype=float)
     if np.any(size < 0):
