@@ -15,7 +15,7 @@ from django import forms
 
 from planner import PlanSpec, SpecError
 from planner.catalog import Catalog
-from planner.spec import SECTIONS, Field
+from planner.spec import MAX_GPUS, SECTIONS, Field
 
 from . import services
 
@@ -98,7 +98,7 @@ class PlanForm(forms.Form):
         self._add_section("training")
         self.fields["num_gpus"] = forms.CharField(
             label="GPUs", max_length=40, required=False, help_text="GPUs in the job: a multiple of GPUs per node.",
-            widget=forms.NumberInput(attrs={"min": 1, "step": 1}))
+            widget=forms.NumberInput(attrs={"min": 1, "max": MAX_GPUS, "step": 1}))
         for hw, label in (("gpu", "GPU"), ("node", "Node"), ("fabric", "Fabric")):
             self.fields[hw] = forms.ChoiceField(
                 label=label, choices=self._choices(hw, f"custom {label if hw == 'gpu' else hw}"),
