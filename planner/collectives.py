@@ -65,6 +65,14 @@ LL_MAX_BW = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
 LL_MAX_BW_2_NODES = 39.0
 LL_MAX_BW_4_NODES = 20.4
 
+# Mid-size messages: a collective streams at its plateau bandwidth only once every NCCL channel has its buffers
+# in flight (16-32 channels x 4 MiB Simple buffers in 8 steps). Hockney's half-performance length n_1/2 of the
+# nccl-tests curves, in bus bytes: A100 8-GPU all-reduce 16-27 MB from 16 MiB to 1 GiB (stas00: 106 of 235 GB/s
+# at 16 MiB, 171 at 64 MiB, 229 at 1 GiB), H200 16-35 MB (242 of 480 at 16 MiB, 370 at 64 MiB). Streaming
+# protocols (Simple, LL128) pay the fill once per call, n_1/2 x S / (S + n_1/2) bus bytes: NCCL runs fewer channels
+# for small messages (enqueue.cc), so the fill never exceeds the message. LL is latency-bound already.
+HALF_BANDWIDTH_BUS_BYTES = 24e6
+
 # --- Latency (microseconds), NCCL defaults (ncclTunerConstantsDefaults) -----------------------------------
 PROTOCOLS = ("LL", "LL128", "Simple")
 BASE_LAT_US = {"ring": (6.6, 14.0, 8.4), "tree": (6.8, 14.0, 8.4)}
@@ -110,6 +118,14 @@ class _Option:
     latency_us: dict[str, float]
     s_per_byte: float
     share: dict[str, float]
+    factor: float = 1.0  # the op's bus factor, to turn HALF_BANDWIDTH_BUS_BYTES into algorithm bytes (inf: none)
+
+    def fill_bytes(self, size: np.ndarray) -> np.ndarray:
+        """Algorithm bytes of channel fill a streaming protocol pays once per call (HALF_BANDWIDTH_BUS_BYTES)."""
+        if self.protocol not in ("Simple", "LL128") or not math.isfinite(self.factor):
+            return np.zeros_like(size)
+        half = HALF_BANDWIDTH_BUS_BYTES / self.factor
+        return half * size / (size + half)
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -163,15 +179,15 @@ def collective_time(op: str, nbytes: np.ndarray | float, group: GroupPlacement,
     if group.size <= 1:
         return CollectiveCost(np.zeros_like(size), {outer: np.zeros_like(size)}, "none", "none", size, factor)
     options = _options(op, group, cluster)
-    times = np.stack([sum(o.latency_us.values()) * 1e-6 + size * o.s_per_byte for o in options])
+    times = np.stack([sum(o.latency_us.values()) * 1e-6 + (size + o.fill_bytes(size)) * o.s_per_byte for o in options])
     best = np.argmin(times, axis=0)
     launch = LAUNCH_OVERHEAD_US * 1e-6
     fabrics = sorted({f for o in options for f in o.share}
                      | {f for o in options for f, us in o.latency_us.items() if us > 0} | {outer})
     by_fabric = {}
     for fab in fabrics:
-        per_option = np.stack([o.latency_us.get(fab, 0.0) * 1e-6 + size * o.s_per_byte * o.share.get(fab, 0.0)
-                               for o in options])
+        per_option = np.stack([o.latency_us.get(fab, 0.0) * 1e-6
+                               + (size + o.fill_bytes(size)) * o.s_per_byte * o.share.get(fab, 0.0) for o in options])
         by_fabric[fab] = np.take_along_axis(per_option, best[None], axis=0)[0] + (launch if fab == outer else 0.0)
     time_s = np.take_along_axis(times, best[None], axis=0)[0] + launch
     largest = options[int(best.flat[int(np.argmax(size))]) if size.size else 0]
@@ -247,7 +263,7 @@ def _ring(op: str, group: GroupPlacement, cluster: ClusterSpec) -> list[_Option]
         lat = _split_latency(group, cluster, (steps - inter) * intra * scale, inter * inter_lat * scale,
                              BASE_LAT_US["ring"][p] * scale)
         proto_bw = {"LL": min(_ll_cap(group, cluster), LL_EFF * bw), "LL128": LL128_EFF * bw, "Simple": bw}[proto]
-        out.append(_Option(name, proto, lat, bus_factor(op, n) / (proto_bw * 1e9), share))
+        out.append(_Option(name, proto, lat, bus_factor(op, n) / (proto_bw * 1e9), share, bus_factor(op, n)))
     return out
 
 
@@ -271,7 +287,7 @@ def _tree(group: GroupPlacement, cluster: ClusterSpec) -> list[_Option]:
         lat = _split_latency(group, cluster, nv, net, BASE_LAT_US["tree"][p])
         proto_bw = {"LL": min(bw / TREE_LL_DIVISOR, _ll_cap(group, cluster)), "LL128": bw * TREE_LL128_EFF,
                     "Simple": TREE_EFF * bw}[proto]
-        out.append(_Option(name, proto, lat, 2 / (proto_bw * 1e9), share))
+        out.append(_Option(name, proto, lat, 2 / (proto_bw * 1e9), share, bus_factor("all_reduce", group.size)))
     return out
 
 
@@ -284,13 +300,13 @@ def _nvls(group: GroupPlacement, cluster: ClusterSpec) -> list[_Option]:
     factor = bus_factor("all_reduce", group.size)
     intra = nvls_busbw(cluster)
     if k == 1:
-        return [_Option("nvls", "Simple", {"nvlink": NVLS_LAT_US}, factor / (intra * 1e9), {"nvlink": 1.0})]
+        return [_Option("nvls", "Simple", {"nvlink": NVLS_LAT_US}, factor / (intra * 1e9), {"nvlink": 1.0}, factor)]
     net_bw = group.scaleout_busbw_gbytes_per_s * (2.0 if k <= 2 else 1.0)
     kind = cluster.fabric.kind
     net_lat = 2 * math.log2(k) * (NVLS_TREE_NET_LAT_US + 2 * _fabric_latency_us(group, cluster))
     share = _shares({"nvlink": 1 / intra, kind: 1 / net_bw})
     return [_Option("nvls_tree", "Simple", {"nvlink": NVLS_LAT_US, kind: net_lat},
-                    factor / (min(intra, net_bw) * 1e9), share)]
+                    factor / (min(intra, net_bw) * 1e9), share, factor)]
 
 
 def _send_recv(group: GroupPlacement, cluster: ClusterSpec) -> list[_Option]:
@@ -310,7 +326,9 @@ def _send_recv(group: GroupPlacement, cluster: ClusterSpec) -> list[_Option]:
         hw = (NET_LAT_US["tree"][p] + _fabric_latency_us(group, cluster) * (2 if simple else 1) if cross
               else NVLINK_LAT_US["ring"][p])
         proto_bw = {"LL": min(cap, LL_EFF * bw), "LL128": LL128_EFF * bw, "Simple": bw}[proto]
-        out.append(_Option("p2p", proto, {fab: BASE_LAT_US["ring"][p] + hw}, 1 / (proto_bw * 1e9), {fab: 1.0}))
+        # A point-to-point transfer streams through one or two channels: no multi-channel fill (n_1/2) term.
+        out.append(_Option("p2p", proto, {fab: BASE_LAT_US["ring"][p] + hw}, 1 / (proto_bw * 1e9), {fab: 1.0},
+                           float("inf")))
     return out
 
 
@@ -329,4 +347,4 @@ def _all_to_all(group: GroupPlacement, cluster: ClusterSpec) -> _Option:
     cross = group.domains > 1
     hw = (NET_LAT_US["ring"][2] + 2 * _fabric_latency_us(group, cluster)) if cross else NVLINK_LAT_US["ring"][2]
     lat = {kind if cross else "nvlink": BASE_LAT_US["ring"][2] + hw}
-    return _Option("direct", "Simple", lat, max(busy.values()), _shares(busy))
+    return _Option("direct", "Simple", lat, max(busy.values()), _shares(busy), bus_factor("all_to_all", n))

@@ -19,7 +19,7 @@ FP8_GEMM_RELATIVE_EFFICIENCY = 0.85
 # A GEMM tile pays a fixed prologue/epilogue; efficiency falls as K / (K + K_HALF) for a short reduction
 # dimension (CUTLASS main-loop pipelining; a tile must stream ~2-4 K-slices of 32-64 before it is busy).
 # FITTED within [32, 256] elements.
-GEMM_K_HALF = 96
+GEMM_K_HALF = 64
 # Output tile of the GEMM kernels, for tile and wave quantization (CUTLASS/cuBLAS 128x128 default tiles).
 GEMM_TILE_M = 128
 GEMM_TILE_N = 128
@@ -50,7 +50,7 @@ SOFTMAX_DROPOUT_BYTES = (9.0, 11.0)
 SOFTMAX_BYTES = (4.0, 6.0)  # without dropout
 # Fixed cost of one kernel (launch, ramp-up and tail), seconds. CUDA launch latency is ~3-5 us, a kernel's
 # tail another 1-3 us (NVIDIA Nsight traces of Megatron layers). FITTED within [2, 10] us.
-KERNEL_OVERHEAD_S = 3e-6
+KERNEL_OVERHEAD_S = 4e-6
 # Kernels per transformer layer in the forward pass (Megatron fused kernels: norm, QKV, rotary or none,
 # attention 1-3, projection, bias-dropout-add, norm, MLP up, activation, MLP down, bias-dropout-add).
 KERNELS_PER_LAYER_FORWARD = 12

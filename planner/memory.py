@@ -49,8 +49,8 @@ class Layouts:
 
 
 def stage_layers(layers: int, pp: np.ndarray) -> np.ndarray:
-    """Layers on the busiest pipeline stage. Uneven splits put one layer fewer on the first and last stages,
-    which also carry the embedding and the output layer (as Llama 3 405B did: 126 layers on 16 stages)."""
+    """Layers on the busiest pipeline stage: ceil(layers / pp). Uneven splits give the other stages one layer
+    fewer, the last stage (which also carries the output layer) first."""
     return -(-layers // pp)
 
 

@@ -74,7 +74,8 @@ def plan_entry(spec: PlanSpec, pc: ParamCount, ev: Evaluation, i: int) -> dict[s
     mem = memory_per_gpu(spec.model, tr, pc, one)
     model_flops = model_flops_per_step(spec.model, tr.global_batch)
     hw_flops = hardware_flops_per_step(spec.model, tr.global_batch, RECOMPUTE[int(one.recompute[0])])
-    peak = spec.cluster.gpu.peak_tflops
+    # MFU and HFU are against the dense peak of the training precision: FP8 runs against the FP8 peak.
+    peak = spec.cluster.gpu.fp8_peak_tflops if tr.precision == "fp8" else spec.cluster.gpu.peak_tflops
     tokens_per_s = tr.global_batch * spec.model.seq_len / step
     train_s = tr.tokens / tokens_per_s if tr.tokens else None
     capacity = spec.cluster.gpu.memory_gib

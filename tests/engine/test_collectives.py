@@ -222,3 +222,24 @@ def test_shapes_and_degenerate_inputs():
         collective_time("all_reduce", -1.0, group, cluster)
     with pytest.raises(ValueError, match="unknown collective"):
         collective_time("broadcast_all", 1.0, group, cluster)
+
+
+# stas00 nccl-tests curves (collectives.json): mid-size messages, where TP and DP traffic lives, run well below
+# the plateau; the channel-fill term (HALF_BANDWIDTH_BUS_BYTES) has to reproduce that within 15%.
+@pytest.mark.parametrize("name, cluster, nbytes, measured", [
+    ("A100 16 MiB", a100(8), 16 * MIB, 106.2),
+    ("A100 64 MiB", a100(8), 64 * MIB, 171.5),
+    ("A100 256 MiB", a100(8), 256 * MIB, 194.1),
+    ("A100 1 GiB", a100(8), GIB, 229.0),
+    ("H200 16 MiB", h100(8), 16 * MIB, 242.4),
+    ("H200 64 MiB", h100(8), 64 * MIB, 369.8),
+    ("H200 256 MiB", h100(8), 256 * MIB, 442.3),
+])
+def test_mid_size_all_reduce_follows_the_measured_curve(name, cluster, nbytes, measured):
+    assert busbw(cluster, "all_reduce", nbytes) == pytest.approx(measured, rel=0.15)
+
+
+def test_mid_size_messages_reach_half_the_plateau_near_n_half():
+    plateau = busbw(a100(8), "all_reduce", 16 * GIB)
+    half = busbw(a100(8), "all_reduce", 24e6 / (2 * 7 / 8))  # algorithm bytes whose bus bytes equal n_1/2
+    assert 0.3 * plateau < half < 0.6 * plateau
