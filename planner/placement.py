@@ -323,7 +323,11 @@ def _torus_ring_hops(cluster: ClusterSpec, stride: int, size: int, closed: bool
 def placement_map(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int, rank_order: str,
                   limit_gpus: int = 256) -> dict:
     """Physical GPUs by node with their rank coordinates, for the page's map (domains outlined, coloured by
-    pipeline stage). Shows whole nodes: the first nodes of up to four pipeline stages, then following nodes."""
+    pipeline stage). Shows whole nodes: the first nodes of up to four pipeline stages, then following nodes.
+
+    Each cell: gpu (physical id), node, domain (NVLink domain index), rank (global rank), and the rank's
+    coordinates: tp and cp are its index inside its TP and CP group, dp the data-parallel replica it belongs to,
+    pp its pipeline stage, ep its index inside its expert-parallel group (0 for dense models)."""
     strides = rank_strides(tp, cp, dp, pp, ep, rank_order)
     if tp * cp * dp * pp != cluster.num_gpus:
         raise ValueError(f"tp*cp*dp*pp = {tp * cp * dp * pp} must equal num_gpus ({cluster.num_gpus})")

@@ -13,7 +13,8 @@ step time is compared with the measured one. Interpretation rules for rows, stat
 - Sequence parallelism and optimizer sharding are opt-in features a paper states when it uses them: a null
   means off (SP off, ZeRO stage 0). Both postdate the 2020-21 Megatron runs (Korthikanti et al. 2022).
 - The measured step time: step_time_s, else the derived one, else from tokens/s/GPU, MFU or TFLOP/s/GPU (hardware
-  FLOPs when the row says its TFLOP/s include recomputation, model FLOPs otherwise).
+  FLOPs when the row says its TFLOP/s include recomputation, model FLOPs otherwise; attention counted over the
+  full s x s square unless the row's tflops_kind says "causal").
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .catalog import Catalog, load_catalog
-from .model import hardware_flops_per_step, model_flops_per_step
+from .model import flops_per_token, hardware_flops_per_step, model_flops_per_step, param_count
 from .report import plan
 from .spec import PlanSpec, parse_spec
 
@@ -80,12 +81,25 @@ def _precision(row: dict[str, Any], gpu: str) -> str:
     return "fp16" if "fp16" in text or "16-bit" in text or (not text and pre_bf16) else "bf16"
 
 
-def _gated(row: dict[str, Any]) -> bool:
+def _gated(row: dict[str, Any], catalog: Catalog) -> bool:
+    """Gated (SwiGLU) MLP if the notes say so; otherwise whichever of gated / plain matches the stated parameter
+    count better (Llama-style models have ffn_hidden 2.7-3.5 h and three matrices); otherwise plain when
+    ffn_hidden is 4 h."""
     notes = (row.get("arch_notes") or "").lower()
-    return any(word in notes for word in ("swiglu", "gated", "geglu"))
+    if any(word in notes for word in ("swiglu", "gated", "geglu")):
+        return True
+    if any(word in notes for word in ("gelu", "4h mlp")):
+        return False
+    stated = row.get("params_billion")
+    if stated:
+        def error(gated: bool) -> float:
+            doc = row_to_spec_doc(row, catalog, gated=gated)
+            return abs(param_count(parse_spec(doc, catalog).model).total / 1e9 - stated)
+        return error(True) < error(False)
+    return bool(row.get("ffn_hidden")) and row["ffn_hidden"] != 4 * row["hidden"]
 
 
-def row_to_spec_doc(row: dict[str, Any], catalog: Catalog) -> dict[str, Any]:
+def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = None) -> dict[str, Any]:
     """The plan spec document of a published run, with its stated layout pinned."""
     gpu = gpu_name(row)
     node = dict(catalog["node"][NODE_BY_GPU[gpu]])
@@ -97,7 +111,7 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog) -> dict[str, Any]:
     fabric = FABRIC_BY_PORT.get(int(node["nic_gbits_per_s"]), "NDR InfiniBand fat tree")
     model = {"name": row["model"], "layers": row["layers"], "hidden": row["hidden"], "heads": row["heads"],
              "kv_heads": row.get("kv_heads"), "ffn_hidden": row.get("ffn_hidden"), "vocab": row["vocab"],
-             "seq_len": row["seq_len"], "gated_mlp": _gated(row),
+             "seq_len": row["seq_len"], "gated_mlp": _gated(row, catalog) if gated is None else gated,
              "tied_embeddings": "tied" in (row.get("arch_notes") or "").lower()}
     for key in ("experts", "top_k"):
         if row.get(key):
@@ -126,6 +140,10 @@ def measured_step_time(row: dict[str, Any], spec: PlanSpec) -> float | None:
     if row.get("tokens_per_sec_per_gpu"):
         return tokens / (row["tokens_per_sec_per_gpu"] * n)
     model_flops = model_flops_per_step(spec.model, spec.training.global_batch)
+    if "causal" in (row.get("tflops_kind") or "").lower():
+        # The row counts only the unmasked half of the attention square (model.flops_per_token counts all of it).
+        half_attention = 3 * 0.5 * flops_per_token(spec.model).attention_per_layer * spec.model.layers
+        model_flops -= half_attention * spec.training.global_batch * spec.model.seq_len
     if row.get("mfu_percent"):
         return model_flops / (row["mfu_percent"] / 100 * spec.cluster.gpu.peak_tflops * 1e12 * n)
     if row.get("tflops_per_gpu"):

@@ -113,8 +113,9 @@ def vpp_options(spec: PlanSpec, pp: int) -> list[int]:
 
 
 def recompute_options(spec: PlanSpec) -> list[str]:
-    """Selective recomputation repeats the attention core to avoid storing the s x s scores; flash attention
-    never stores them, so the search offers it only with unfused attention (a pin still gets a reason)."""
+    """Selective recomputation repeats the attention core to avoid storing the s x s scores. Flash attention never
+    stores them, so there it only costs time (Megatron-Core still allows it: --recompute-modules core_attn); the
+    search offers it only with unfused attention, and a pin is costed as asked."""
     return list(RECOMPUTE) if spec.training.attention == "unfused" else ["none", "full"]
 
 
@@ -134,9 +135,6 @@ def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vp
     if vpp > 1 and (b // dp // mb) % pp:
         return "vpp_needs_microbatches", (f"interleaving needs the {b // dp // mb} micro-batches to be a multiple "
                                           f"of PP={pp}")
-    if rc == "selective" and spec.training.attention == "flash":
-        return "selective_redundant", ("selective recomputation saves nothing with flash attention, which never "
-                                       "stores the s x s attention matrix")
     return None
 
 

@@ -77,7 +77,7 @@ TRAINING_FIELDS = (
 )
 
 GPU_FIELDS = (
-    Field("name", str, "custom GPU"),
+    Field("name", str, "custom GPU", help="Shown on the plan page; a catalog name fills the fields left empty."),
     Field("peak_tflops", float, lo=0.001, hi=1e6, unit="TFLOP/s", help="Dense BF16 tensor-core peak."),
     Field("memory_gib", float, lo=0.001, hi=1e5, unit="GiB", help="HBM capacity."),
     Field("memory_gbytes_per_s", float, lo=0.001, hi=1e6, unit="GB/s", help="HBM bandwidth."),
@@ -88,7 +88,7 @@ GPU_FIELDS = (
 )
 
 NODE_FIELDS = (
-    Field("name", str, "custom node"),
+    Field("name", str, "custom node", help="Shown on the plan page; a catalog name fills the fields left empty."),
     Field("gpus", int, lo=1, hi=1024, help="GPUs per node (per server or compute tray)."),
     Field("nvlink_domain_gpus", int, None, lo=1, hi=65_536,
           help="GPUs in one NVLink domain; may span nodes (GB200 NVL72: 72). Default: gpus."),
@@ -101,8 +101,10 @@ NODE_FIELDS = (
 )
 
 FABRIC_FIELDS = (
-    Field("name", str, "custom fabric"),
-    Field("topology", str, "fat_tree", choices=TOPOLOGIES),
+    Field("name", str, "custom fabric", help="Shown on the plan page; a catalog name fills the fields left empty."),
+    Field("topology", str, "fat_tree", choices=TOPOLOGIES,
+          help="fat_tree: leaves and spines (tapered by oversubscription); rail_optimized: NIC i of every node on "
+               "leaf i; dragonfly: all-to-all groups joined by global links; torus: 3D torus of nodes."),
     Field("latency_us", float, 1.0, lo=0.01, hi=10_000, unit="µs",
           help="One-way end-to-end latency (InfiniBand ~1, RoCE a few, TCP Ethernet 10-50)."),
     Field("oversubscription", float, 1.0, lo=1.0, hi=64.0,
@@ -306,6 +308,9 @@ def _coerce(f: Field, value: Any, path: str, errs: _Collector) -> Any:
             errs.add(path, f"must be a string, not {type(value).__name__}")
             return None
         value = value.strip()
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            errs.add(path, "must not contain control characters")
+            return None
         if f.choices and value not in f.choices:
             errs.add(path, f"must be one of {', '.join(f.choices)} (got {value[:40]!r})")
             return None
@@ -418,13 +423,17 @@ def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = 
         gpu = _hardware(cluster_data.get("gpu"), "cluster.gpu", GPU_FIELDS, cat.get("gpu"), errs)
         node = _hardware(cluster_data.get("node"), "cluster.node", NODE_FIELDS, cat.get("node"), errs)
         fabric = _hardware(cluster_data.get("fabric"), "cluster.fabric", FABRIC_FIELDS, cat.get("fabric"), errs)
-    errs.raise_if_any()  # cross-field rules below need every field present and typed
-
-    _fill_model_defaults(model)
-    node["nvlink_domain_gpus"] = node["nvlink_domain_gpus"] or node["gpus"]
-    _check_model(model, errs)
-    _check_cluster(num_gpus, gpu, node, fabric, training, errs)
-    _check_layout(layout, num_gpus, model, training, errs)
+    # Cross-field rules run for every group of sections whose own fields are all valid, so one pass reports as
+    # much as it can; they need their fields present and typed.
+    bad = {e.field.split(".")[0] if not e.field.startswith("cluster") else "cluster" for e in errs.errors}
+    if "model" not in bad:
+        _fill_model_defaults(model)
+        _check_model(model, errs)
+    if not bad & {"cluster", "training"}:
+        node["nvlink_domain_gpus"] = node["nvlink_domain_gpus"] or node["gpus"]
+        _check_cluster(num_gpus, gpu, node, fabric, training, errs)
+    if not bad & {"cluster", "training", "model", "layout"}:
+        _check_layout(layout, num_gpus, model, training, errs)
     errs.raise_if_any()
     return PlanSpec(
         model=ModelSpec(**model),

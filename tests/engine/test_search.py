@@ -68,11 +68,15 @@ def test_tp_never_leaves_an_nvlink_domain(gpt3_answer):
         assert 8 % p["layout"]["tp"] == 0
 
 
-def test_a_pinned_selective_recompute_under_flash_attention_is_rejected_with_the_reason(catalog):
+def test_selective_recompute_under_flash_attention_costs_time_and_saves_nothing(catalog):
     doc = example("llama3-70b-h100-512-pinned")
-    doc["layout"]["recompute"] = "selective"
-    answer = plan(parse_spec(doc, catalog))
-    assert answer["plans"] == [] and "selective_redundant" in answer["rejected"]
+    doc["layout"].update(cp=1, vpp=1, sequence_parallel=True, zero=1, rank_order="tp-cp-dp-pp")
+    none = plan(parse_spec({**doc, "layout": {**doc["layout"], "recompute": "none"}}, catalog))["plans"][0]
+    selective = plan(parse_spec({**doc, "layout": {**doc["layout"], "recompute": "selective"}}, catalog))["plans"][0]
+    assert selective["step_time_s"] > none["step_time_s"]
+    assert selective["memory_gib"]["total"] == none["memory_gib"]["total"]
+    unpinned = plan(parse_spec(example("llama3-70b-h100-512-pinned"), catalog), top=500)
+    assert all(p["layout"]["recompute"] != "selective" for p in unpinned["plans"])
 
 
 def test_a_fully_pinned_infeasible_layout_is_an_empty_answer_with_the_reason(catalog):

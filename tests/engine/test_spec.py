@@ -149,3 +149,19 @@ def test_form_style_strings_are_accepted(gpt3_doc):
     gpt3_doc["layout"] = {"tp": "", "recompute": "full"}
     spec = parse_spec(gpt3_doc)
     assert spec.model.layers == 96 and spec.layout.pinned() == {"recompute": "full"}
+
+
+def test_control_characters_are_refused(gpt3_doc):
+    gpt3_doc["model"]["name"] = "GPT\x00-3"
+    assert errors_of(gpt3_doc) == {"model.name": ["must not contain control characters"]}
+
+
+def test_independent_sections_report_in_one_pass(gpt3_doc):
+    gpt3_doc["model"]["heads"] = 100                 # a cross-field rule in a valid section...
+    gpt3_doc["training"]["global_batch"] = "many"    # ...still reported beside a type error elsewhere
+    assert set(errors_of(gpt3_doc)) == {"model.heads", "training.global_batch"}
+
+
+def test_every_field_has_help_text():
+    from planner.spec import SECTIONS
+    assert all(f.help for fields in SECTIONS.values() for f in fields)
