@@ -210,7 +210,7 @@ def test_dragonfly_groups_cross_global_links():
     cluster = make_cluster(16384, fabric="Dragonfly 400 Gb/s (Slingshot-style)")
     dp = place(cluster, 8, 1, 128, 16, 1, "tp-cp-pp-dp").groups["dp"]
     assert dp.links == ("nic", "local", "global") and dp.hops == 4
-    assert dp.fabric == "ethernet"
+    assert dp.fabric == "roce"  # Slingshot-style: RDMA over Ethernet
 
 
 def test_place_costs_the_same_on_any_cluster_size():
