@@ -15,4 +15,10 @@ def plan(spec: PlanSpec, top: int = 10) -> dict:
     return _plan(spec, top=top)
 
 
-__all__ = ["FieldError", "PlanSpec", "SpecError", "parse_spec", "plan"]
+def estimate_layouts(spec: PlanSpec) -> int:
+    """Upper bound on the layouts plan(spec) will consider (see planner.search.estimate_layouts)."""
+    from .search import estimate_layouts as _estimate
+    return _estimate(spec)
+
+
+__all__ = ["FieldError", "PlanSpec", "SpecError", "estimate_layouts", "parse_spec", "plan"]

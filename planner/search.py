@@ -260,3 +260,19 @@ def search(spec: PlanSpec) -> tuple[Evaluation, Rejections, int, ParamCount]:
     rank = np.lexsort((ev.memory_total, np.round(ev.step, 9)))
     ev = Evaluation(ev.layouts.take(rank), ev.step[rank], ev.memory_total[rank], ev.placements)
     return ev, rejected, considered, pc
+
+
+def estimate_layouts(spec: PlanSpec) -> int:
+    """An upper bound on the layouts `search` will consider, counted from the axis options without costing
+    any: what a caller sizes time limits from. Cheap (divisor counts only)."""
+    n = spec.cluster.num_gpus
+    total = 0
+    for tp in tp_options(spec):
+        for pp in _pinned([d for d in divisors(n // tp) if d <= spec.model.layers] if n % tp == 0 else [1],
+                          spec.layout.pp):
+            for cp in _pinned([c for c in CP_CHOICES if (n // tp // pp) % c == 0], spec.layout.cp):
+                dp = max(1, n // (tp * pp * cp))
+                inner = (len(ep_options(spec, dp)) * len(micro_batch_options(spec, dp))
+                         * len(vpp_options(spec, pp)) * len(RECOMPUTE) * 2 * 4 * 2)
+                total += min(inner, MAX_CANDIDATES)
+    return max(1, total)

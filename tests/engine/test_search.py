@@ -141,3 +141,11 @@ def test_absurd_but_valid_inputs_stay_bounded(catalog, gpt3_doc):
     answer = plan(parse_spec(gpt3_doc, catalog), top=3)
     assert answer["elapsed_s"] < 30
     assert all(math.isfinite(p["step_time_s"]) for p in answer["plans"])
+
+
+@pytest.mark.parametrize("name", ["gpt3-175b-a100-1024", "llama3-70b-h100-512-pinned", "gb200-nvl72-405b"])
+def test_the_layout_estimate_bounds_the_search(catalog, name):
+    from planner import estimate_layouts
+    spec = parse_spec(example(name), catalog)
+    answer = plan(spec, top=1)
+    assert answer["searched"] <= estimate_layouts(spec) <= 20 * max(answer["searched"], 1000)
