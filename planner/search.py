@@ -246,6 +246,7 @@ def label(lay: Layouts, i: int) -> str:
     parts += [f"{rc} recompute"] if rc != "none" else []
     parts += ["SP"] if lay.sp[i] else []
     parts += [f"ZeRO-{lay.zero[i]}"] if lay.zero[i] else []
+    parts += ["PP inside DP"] if lay.order[i] == RANK_ORDERS.index("tp-cp-pp-dp") else []
     return " ".join(parts)
 
 
