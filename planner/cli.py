@@ -27,11 +27,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=_positive, default=10, help="how many ranked plans to print (default 10)")
     p.add_argument("--format", choices=("json", "table"), default="json", help="json (default) or table")
     sub.add_parser("catalog", help="list the hardware catalog and model presets by name")
+    v = sub.add_parser("validate", help="predict published runs with their layouts pinned; print the error table")
+    v.add_argument("runs", help="a published_runs.json-style file ({\"cases\": [...]} or a list of rows)")
+    v.add_argument("--configs", help="launch-script details by run id (tests/engine/data/published_run_configs.json)")
     args = parser.parse_args(argv)
     try:
         if args.command == "catalog":
             print(json.dumps({k: sorted(v) for k, v in load_catalog().items()}, indent=2))
             return 0
+        if args.command == "validate":
+            return _validate(args.runs, args.configs)
         spec = parse_spec(_read_spec(args.spec), load_catalog())
         answer = plan(spec, top=args.top)
     except SpecError as exc:
@@ -49,6 +54,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         json.dump(answer, sys.stdout, indent=1)
         sys.stdout.write("\n")
+    return 0
+
+
+def _validate(runs: str, configs: str | None) -> int:
+    from .published import compare, error_table, load_overlays, load_rows
+    try:
+        rows = load_rows(runs)
+        overlays = load_overlays(configs) if configs else None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SpecError.one("runs", f"cannot read {runs}: {exc}") from None
+    print(error_table(compare(rows, overlays=overlays)))
     return 0
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from .catalog import Catalog, load_catalog
 from .model import flops_per_token, hardware_flops_per_step, model_flops_per_step, param_count
 from .report import plan
+from .errors import SpecError
 from .spec import PlanSpec, parse_spec
 
 GPU_BY_KEYWORD = (("GB200", "GB200"), ("B200", "B200"), ("H200", "H200 SXM 141GB"), ("H800", "H800 SXM5 80GB"),
@@ -183,8 +184,15 @@ def compare(rows: list[dict[str, Any]], catalog: Catalog | None = None,
     catalog = catalog or load_catalog()
     out = []
     for row in rows:
-        doc = apply_overlay(row_to_spec_doc(row, catalog), (overlays or {}).get(row["id"], {}))
-        spec = parse_spec(doc, catalog)
+        try:
+            doc = apply_overlay(row_to_spec_doc(row, catalog), (overlays or {}).get(row.get("id"), {}))
+            spec = parse_spec(doc, catalog)
+        except (SpecError, KeyError, TypeError, ValueError) as exc:
+            # A row this harness cannot turn into a spec is reported, not raised: one odd row must not hide
+            # the others' results.
+            why = str(exc) if isinstance(exc, SpecError) else f"row lacks a usable {exc}"
+            out.append(Comparison(str(row.get("id")), float("nan"), None, "", f"no spec: {why}"))
+            continue
         measured = measured_step_time(row, spec)
         if measured is None:
             continue

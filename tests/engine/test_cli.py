@@ -64,3 +64,15 @@ def test_the_engine_imports_without_django():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
+
+
+def test_validate_prints_the_error_table():
+    out = run("validate", str(ROOT.parent / "shared" / "reference" / "published_runs.json"),
+              "--configs", str(ROOT / "tests" / "engine" / "data" / "published_run_configs.json"))
+    assert out.returncode == 0, out.stderr
+    assert "sc21_t1_1008.0B" in out.stdout and "median |error|" in out.stdout
+
+
+def test_validate_of_a_missing_file_is_a_clear_error(tmp_path):
+    out = run("validate", str(tmp_path / "none.json"))
+    assert out.returncode == 2 and "cannot read" in out.stderr and "Traceback" not in out.stderr

@@ -33,9 +33,13 @@ def test_step_time_errors_meet_the_targets(comparisons):
 
 
 def test_the_published_layout_is_the_one_costed(comparisons):
+    rows = {r["id"]: r for r in load_rows(RUNS)}
+    for c in comparisons:
+        row = rows[c.id]
+        assert c.layout.startswith(f"TP{row['tp']} PP{row['pp']} DP{row['dp']}"), (c.id, c.layout)
     by_id = {c.id: c for c in comparisons}
-    assert by_id["sc21_t1_1008.0B"].layout.startswith("TP8 PP64 DP6 mb1 full recompute")
-    assert by_id["sc21_t1_145.6B"].layout.startswith("TP8 PP8 DP24 mb2 v2 full recompute")
+    if "sc21_t1_145.6B" in by_id:  # the launch-script details (micro-batch 2, v = 2) are applied
+        assert by_id["sc21_t1_145.6B"].layout.startswith("TP8 PP8 DP24 mb2 v2 full recompute")
 
 
 def test_without_the_launch_script_details_the_search_fills_them(catalog):
@@ -57,3 +61,9 @@ def test_runs_on_newer_gpus_outside_the_fit(catalog):
     for run in ("llama3_405b_8k_gpus", "llama3_405b_16k_gpus"):
         assert abs(by_id[run].error) <= 0.15, error_table(comparisons)
     assert by_id["llama3_405b_16k_gpus_128k_context"].predicted_s is not None
+
+
+def test_a_row_that_cannot_become_a_spec_is_reported_not_raised(catalog):
+    row = dict(load_rows(RUNS)[0], id="broken", vocab=None)
+    [c] = compare([row], catalog)
+    assert c.predicted_s is None and c.why.startswith("no spec: model.vocab: is required")
