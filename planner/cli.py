@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         spec = parse_spec(_read_spec(args.spec), load_catalog())
         answer = plan(spec, top=args.top)
     except SpecError as exc:
-        print(f"error: invalid spec {args.spec}:", file=sys.stderr)
+        source = getattr(args, "spec", None) or getattr(args, "runs", "input")
+        print(f"error: invalid input {source}:", file=sys.stderr)
         for err in exc.errors:
             print(f"  {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
