@@ -350,6 +350,12 @@ def _as_number(value: Any) -> float | None:
     return None
 
 
+def _key_name(key: Any) -> str:
+    """An unknown key as a printable, bounded field name (keys come from untrusted JSON)."""
+    text = "".join(c if c.isprintable() else "?" for c in str(key))[:40]
+    return text if text.strip() else repr(text)
+
+
 def _describe(value: Any) -> str:
     if isinstance(value, str):
         return repr(value[:40])
@@ -364,7 +370,7 @@ def _section(data: Any, path: str, spec_fields: tuple[Field, ...], errs: _Collec
     known = {f.name for f in spec_fields}
     for key in data:
         if key not in known:
-            errs.add(f"{path}.{key}", f"unknown field (known: {', '.join(sorted(known))})")
+            errs.add(f"{path}.{_key_name(key)}", f"unknown field (known: {', '.join(sorted(known))})")
     out: dict[str, Any] = {}
     for f in spec_fields:
         raw = data.get(f.name)
@@ -404,7 +410,7 @@ def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = 
         errs.raise_if_any()
     for key in data:
         if key not in ("model", "training", "cluster", "layout"):
-            errs.add(key, "unknown section (known: model, training, cluster, layout)")
+            errs.add(_key_name(key), "unknown section (known: model, training, cluster, layout)")
     model = _section(data.get("model"), "model", MODEL_FIELDS, errs)
     training = _section(data.get("training"), "training", TRAINING_FIELDS, errs)
     layout = _section(data.get("layout") or {}, "layout", LAYOUT_FIELDS, errs)
@@ -416,7 +422,7 @@ def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = 
     else:
         for key in cluster_data:
             if key not in ("num_gpus", "gpu", "node", "fabric"):
-                errs.add(f"cluster.{key}", "unknown field (known: fabric, gpu, node, num_gpus)")
+                errs.add(f"cluster.{_key_name(key)}", "unknown field (known: fabric, gpu, node, num_gpus)")
         num_gpus = _coerce(Field("num_gpus", int, lo=1, hi=MAX_GPUS), cluster_data.get("num_gpus"),
                            "cluster.num_gpus", errs)
         cat = catalog or {}
