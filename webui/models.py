@@ -156,12 +156,22 @@ class Plan(models.Model):
 
     code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     spec = models.JSONField(help_text="The canonical spec: every default filled in, catalog names expanded.")
-    spec_hash = models.CharField(max_length=64, db_index=True, help_text="sha256 of the canonical spec JSON.")
+    spec_hash = models.CharField(max_length=64, db_index=True,
+                                 help_text="sha256 of the canonical spec JSON and the engine version.")
     top = models.PositiveSmallIntegerField(default=10, help_text="How many ranked layouts to keep.")
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED, db_index=True)
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
-    attempts = models.PositiveSmallIntegerField(default=0)
+    reused_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reuses",
+        help_text="The earlier plan with the same spec whose answer this one reuses (no new search).")
+    attempts = models.PositiveSmallIntegerField(default=0, help_text="Searches started (a lost worker's counts).")
+    time_limit_s = models.FloatField(default=120, help_text="Soft time limit of the search, sized from the spec.")
+    dispatched_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the task was last handed to the broker; empty: not yet (outbox).")
+    lease_token = models.UUIDField(null=True, blank=True, editable=False,
+                                   help_text="The running search's claim; only its holder may store the answer.")
+    lease_expires_at = models.DateTimeField(null=True, blank=True, help_text="After this, the search is presumed lost.")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -185,6 +195,11 @@ class Plan(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status in (self.Status.QUEUED, self.Status.RUNNING)
+
+    @property
+    def is_waiting_for_broker(self) -> bool:
+        """Saved but not yet handed to the broker (it was down): the outbox sends it once it is back."""
+        return self.status == self.Status.QUEUED and self.dispatched_at is None
 
     @property
     def run_time(self) -> timedelta | None:

@@ -17,14 +17,15 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core import serializers
 from django.core.exceptions import ValidationError
-from django.db import transaction
-from django.db.models import F
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 import planner
 from planner import FieldError, PlanSpec, SpecError, parse_spec
 from planner.catalog import FIXTURES_DIR, Catalog
+from planner.constants import ENGINE_VERSION
 
+from . import delivery
 from .models import CATALOG_MODELS, CatalogRow, Plan
 
 logger = logging.getLogger(__name__)
@@ -140,64 +141,79 @@ def _strings(value: Any, path: str = "") -> Iterable[tuple[str, str]]:
 
 
 def spec_hash(spec: dict[str, Any]) -> str:
-    """sha256 of the canonical spec; identical requests hash alike (#4 uses it to de-duplicate)."""
-    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    """sha256 of the canonical spec and the engine version: identical requests to the same engine hash alike,
+    and an answer is reused only for its own engine version."""
+    text = json.dumps({"engine": ENGINE_VERSION, "spec": spec}, sort_keys=True, separators=(",", ":"),
+                      allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def plan_create(*, spec: PlanSpec, top: int = 10) -> Plan:
-    """Save a queued plan and enqueue its search once the row is committed (the worker must see it)."""
-    from .tasks import plan_run_task  # tasks import this module
-
+    """A new plan for this spec, with its own code. When the same request (spec, engine version, `top`) has
+    an answer already, the new plan reuses it at once, with a link to the original, and no search runs.
+    Otherwise it is saved queued and its task sent once the row is committed (the worker must see it)."""
     canonical = spec.to_dict()
+    digest = spec_hash(canonical)
+    original = plan_original(spec_hash=digest, top=top)
+    if original is not None:
+        now = timezone.now()
+        return Plan.objects.create(spec=canonical, spec_hash=digest, top=top, status=Plan.Status.DONE,
+                                   result=original.result, reused_from=original, time_limit_s=original.time_limit_s,
+                                   started_at=now, finished_at=now)
     with transaction.atomic():
-        plan = Plan.objects.create(spec=canonical, spec_hash=spec_hash(canonical), top=top)
-        # delay_on_commit, made robust: a broker that is down is logged, not turned into a 500 after the plan
-        # is saved. The plan stays queued and its page says so (#4's outbox will re-send such plans).
-        transaction.on_commit(partial(plan_run_task.delay, plan.pk), robust=True)
+        plan = Plan.objects.create(spec=canonical, spec_hash=digest, top=top,
+                                   time_limit_s=delivery.plan_time_limit(spec=spec))
+        # A broker that is down leaves the plan in the outbox (logged, not a 500): the workers' sweep sends it.
+        transaction.on_commit(partial(delivery.plan_dispatch, plan_id=plan.pk), robust=True)
     return plan
+
+
+def plan_original(*, spec_hash: str, top: int) -> Plan | None:
+    """The earliest finished plan that searched this request itself (not one that reused another's answer)."""
+    return (Plan.objects.filter(spec_hash=spec_hash, top=top, status=Plan.Status.DONE, reused_from__isnull=True)
+            .order_by("finished_at").first())
 
 
 def plan_run(*, plan_id: int) -> Plan | None:
-    """Run the engine's search for a queued plan and record the outcome. Safe to call twice.
+    """Run the engine's search for a queued plan and record the outcome, once however often it is delivered.
 
-    A plan already done or failed is left as it is (a finished plan never changes); a plan found `running`
-    is run again, since that only happens when a worker died mid-search and the broker redelivered it.
+    Only the caller that claims the plan (queued -> running under a fresh lease) searches; any other delivery
+    returns the plan as it is. An identical request finished meanwhile lends its answer instead of a search.
     """
-    now = timezone.now()
-    claimed = Plan.objects.filter(pk=plan_id, status__in=[Plan.Status.QUEUED, Plan.Status.RUNNING]).update(
-        status=Plan.Status.RUNNING, started_at=now, attempts=F("attempts") + 1
-    )
-    plan = Plan.objects.filter(pk=plan_id).first()
+    plan, token = delivery.plan_claim(plan_id=plan_id)
     if plan is None:
         logger.warning("plan %s does not exist; nothing to run", plan_id)
         return None
-    if not claimed:
+    if token is None:
         return plan
+    try:
+        original = plan_original(spec_hash=plan.spec_hash, top=plan.top)
+        if original is not None:
+            return delivery.plan_store(plan=plan, token=token, status=Plan.Status.DONE, result=original.result,
+                                       reused_from=original, error="")
+        return delivery.plan_store(plan=plan, token=token, **_plan_search(plan))
+    except (OperationalError, InterfaceError):  # the database blinked: give the plan back; the task retries
+        delivery.plan_release(plan=plan, token=token)
+        raise
+
+
+def _plan_search(plan: Plan) -> dict[str, Any]:
+    """The fields that record the engine's outcome: done with the answer, or failed with a message."""
+    failed = Plan.Status.FAILED
     try:
         result = _json_native(planner.plan(parse_spec(plan.spec), top=plan.top))
     except SpecError as err:
-        return _plan_fail(plan, f"The saved spec is not valid for this engine version: {err}")
+        return {"status": failed, "error": f"The saved spec is not valid for this engine version: {err}"}
     except SoftTimeLimitExceeded:
-        limit = settings.CELERY_TASK_SOFT_TIME_LIMIT
-        return _plan_fail(plan, f"The search took longer than {limit} s and was stopped. "
-                                "Pin part of the layout (TP, PP) to make the search smaller.")
+        return {"status": failed, "error": f"The search took longer than {plan.time_limit_s:g} s and was stopped. "
+                                          "Pin part of the layout (TP, PP) to make the search smaller."}
+    except MemoryError:
+        return {"status": failed, "error": f"The search needed more than the {settings.PLAN_MEMORY_LIMIT_MB} MiB "
+                                          "a worker allows. Pin part of the layout (TP, PP) to make it smaller."}
     except Exception as err:  # the engine failing must give a failed plan with a message, not a lost one
         logger.exception("plan %s: the engine failed", plan.code)
-        return _plan_fail(plan, f"The engine failed: {type(err).__name__}: {err}")
-    Plan.objects.filter(pk=plan.pk, status=Plan.Status.RUNNING).update(
-        status=Plan.Status.DONE, result=result, error="", finished_at=timezone.now()
-    )
-    plan.refresh_from_db()
-    return plan
-
-
-def _plan_fail(plan: Plan, message: str) -> Plan:
-    Plan.objects.filter(pk=plan.pk, status=Plan.Status.RUNNING).update(
-        status=Plan.Status.FAILED, error=message[:4000], finished_at=timezone.now()
-    )
-    plan.refresh_from_db()
-    return plan
+        return {"status": failed, "error": f"The engine failed: {type(err).__name__}: {err}"[:4000]}
+    return {"status": Plan.Status.DONE, "result": result, "error": ""}
 
 
 def _json_native(value: Any) -> Any:
@@ -240,6 +256,9 @@ def plan_as_dict(*, plan: Plan) -> dict[str, Any]:
     }
     if plan.status == Plan.Status.QUEUED:
         data["queue_position"] = plan_queue_position(plan=plan)
+        data["waiting_for_broker"] = plan.is_waiting_for_broker
+    if plan.reused_from is not None:
+        data["reused_from"] = {"code": str(plan.reused_from.code), "url": plan.reused_from.get_absolute_url()}
     if plan.status == Plan.Status.DONE:
         data["result"] = plan.result
     if plan.status == Plan.Status.FAILED:

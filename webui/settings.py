@@ -2,11 +2,13 @@
 
 Defaults: SQLite and Celery's filesystem broker, both under var/, so `make run` needs no server.
 `DATABASE_URL` switches to PostgreSQL (or any database dj-database-url knows) and `CELERY_BROKER_URL` to Redis.
-`DEBUG` is on only when asked (DEBUG=1).
+`DEBUG` is on only when asked (DEBUG=1); `HTTPS=1` turns on everything `check --deploy` asks of a site served
+over TLS (README, "Security").
 """
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 import dj_database_url
@@ -20,15 +22,57 @@ def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+def env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+def local_secret_key(path: Path) -> str:
+    """A random key made once per checkout and kept in var/, so a laptop run needs no setting and no two
+    clones share a key. Several machines must share one: they set SECRET_KEY. Created atomically (link), so
+    processes starting together all read the same key."""
+    if not path.exists():
+        tmp = path.with_name(f"{path.name}.{os.getpid()}")
+        tmp.write_text(secrets.token_urlsafe(50))
+        tmp.chmod(0o600)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    return path.read_text().strip()
+
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+# Under pytest the broker folder and collected static files are the tests' own, so a `make run` beside the
+# tests never takes their tasks or serves their files.
+_TESTING = "PYTEST_VERSION" in os.environ
 
 DEBUG = env_bool("DEBUG")
-# The fallback key is for a laptop run only; #4 (`check --deploy`) makes production set its own.
-SECRET_KEY = os.environ.get("SECRET_KEY", "insecure-dev-key-set-SECRET_KEY-in-production")
+SECRET_KEY = os.environ.get("SECRET_KEY") or local_secret_key(VAR_DIR / "secret_key")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
+
+# ---------------------------------------------------------------------------------------------------------
+# Security. Always on: no framing, no MIME sniffing, same-origin referrers and opener (Django's defaults, stated
+# here so they are seen), HttpOnly session cookie. HTTPS=1 is for a site served over TLS, usually by a proxy
+# that terminates it and sets X-Forwarded-Proto (it must overwrite a client's own): redirect plain HTTP,
+# secure cookies, HSTS. A laptop run (`make run`) is plain HTTP, so none of that is on by default.
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+HTTPS = env_bool("HTTPS")
+if HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", HTTPS)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
+SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -106,26 +150,28 @@ USE_TZ = True
 # Static files: WhiteNoise serves them from STATIC_ROOT (collectstatic); plotly.js comes from the installed
 # plotly package through PlotlyJSFinder, never from a CDN.
 STATIC_URL = "/static/"
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / ("test-static" if _TESTING else "static")))
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
     "webui.staticfinders.PlotlyJSFinder",
 ]
+# Content-hashed names (plan.3f2a9c.js), so WhiteNoise can tell browsers to cache them for good.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = DEBUG
 
-# The JSON API reads request bodies; a spec is a few kilobytes.
+# Request bodies: the JSON API reads them whole, and a spec is a few kilobytes.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 200  # the plan form has about 70
 
 # ---------------------------------------------------------------------------------------------------------
 # Celery: the filesystem broker under var/ unless CELERY_BROKER_URL says otherwise. Results live in the Plan
 # row, so no result backend. Tests get their own broker folder so a `make run` worker never takes their tasks.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://localhost//")
-_default_broker_dir = VAR_DIR / ("test-broker" if "PYTEST_VERSION" in os.environ else "broker")
+_default_broker_dir = VAR_DIR / ("test-broker" if _TESTING else "broker")
 BROKER_DIR = Path(os.environ.get("CELERY_BROKER_DIR", _default_broker_dir))
 if CELERY_BROKER_URL.startswith("filesystem"):
     for _sub in ("queue", "processed", "control"):
@@ -138,14 +184,43 @@ if CELERY_BROKER_URL.startswith("filesystem"):
         "store_processed": False,
         "polling_interval": 0.25,
     }
+else:
+    # Redis hands an unacknowledged message (its worker died) to another worker after the visibility timeout.
+    # It must exceed the longest hard time limit, or a long search is delivered twice while it runs (harmless,
+    # the second finds the plan leased, but wasted). The plan's lease (webui/delivery.py) recovers sooner.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env_float("REDIS_VISIBILITY_TIMEOUT_S", 3600),
+        "unacked_restore_interval": env_float("REDIS_RESTORE_EVERY_S", 10),
+        "unacked_restore_throttle": 1,
+        "socket_connect_timeout": 3,
+    }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A broker that is down must not hold a submission for long: the plan is saved and the outbox sends it later.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 CELERY_TASK_IGNORE_RESULT = True
-CELERY_TASK_ACKS_LATE = True  # a worker that dies mid-search leaves the message for another (#4 relies on it)
+CELERY_TASK_ACKS_LATE = True  # a worker that dies mid-search leaves the message for another
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_SOFT_TIME_LIMIT = int(os.environ.get("PLAN_TIME_LIMIT_S", "120"))
-CELERY_TASK_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT + 30
+# A search that outlives a lost broker connection still stores its answer; the message comes back and is a no-op.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# Plans: time limits sized from the spec (webui/delivery.py: plan_time_limits), leases, recovery.
+# A search costs a few microseconds per layout on a 2024 server (planner.estimate_layouts is an upper bound
+# on the layouts); PLAN_TIME_PER_LAYOUT_US allows ~20x that for a slow or busy machine.
+PLAN_TIME_LIMIT_S = env_float("PLAN_TIME_LIMIT_S", 120)  # the most any search may take (soft limit)
+PLAN_TIME_BASE_S = env_float("PLAN_TIME_BASE_S", 10)
+PLAN_TIME_PER_LAYOUT_US = env_float("PLAN_TIME_PER_LAYOUT_US", 100)
+PLAN_TIME_GRACE_S = env_float("PLAN_TIME_GRACE_S", 10)  # soft -> hard limit -> end of the lease
+PLAN_MAX_ATTEMPTS = int(os.environ.get("PLAN_MAX_ATTEMPTS", "3"))  # searches interrupted (worker lost) before failing
+PLAN_RECOVER_EVERY_S = env_float("PLAN_RECOVER_EVERY_S", 10)  # each worker's outbox and lease sweep
+PLAN_OUTBOX_DELAY_S = env_float("PLAN_OUTBOX_DELAY_S", 5)  # unsent plans this old are sent by the sweep
+PLAN_RESEND_AFTER_S = env_float("PLAN_RESEND_AFTER_S", 120)  # sent, never started (broker lost it): send again
+PLAN_MEMORY_LIMIT_MB = int(os.environ.get("PLAN_MEMORY_LIMIT_MB", "4096"))  # address space of a search process
+# Defaults for a task sent without its own limits (by hand, say); plans always carry their own.
+CELERY_TASK_SOFT_TIME_LIMIT = PLAN_TIME_LIMIT_S
+CELERY_TASK_TIME_LIMIT = PLAN_TIME_LIMIT_S + PLAN_TIME_GRACE_S
+CELERY_WORKER_MAX_MEMORY_PER_CHILD = PLAN_MEMORY_LIMIT_MB * 1024 // 2  # KiB resident: replace a bloated process
 
 LOGGING = {
     "version": 1,

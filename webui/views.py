@@ -51,9 +51,13 @@ def plan_retry(request: HttpRequest, code: str) -> HttpResponse:
 # JSON API
 
 
+# CSRF-exempt so that scripts can post without a session; requiring a JSON content type keeps browsers from
+# posting here across sites without a CORS preflight, which this app never answers (README, "Security").
 @csrf_exempt
 @require_POST
 def api_plans(request: HttpRequest) -> JsonResponse:
+    if request.content_type != "application/json":
+        return _errors({"spec": ["must be sent as Content-Type: application/json"]}, status=415)
     try:
         data = json.loads(request.body or b"null")
     except RequestDataTooBig:
@@ -66,6 +70,8 @@ def api_plans(request: HttpRequest) -> JsonResponse:
         return _errors(err.as_dict())
     plan = services.plan_create(spec=spec, top=_top(request))
     body = {"code": str(plan.code), "url": request.build_absolute_uri(plan.get_absolute_url()), "status": plan.status}
+    if plan.reused_from is not None:
+        body["reused_from"] = request.build_absolute_uri(plan.reused_from.get_absolute_url())
     return JsonResponse(body, status=201)
 
 
@@ -74,6 +80,8 @@ def api_plan(request: HttpRequest, code: str) -> JsonResponse:
     plan = get_object_or_404(Plan, code=code)
     data = services.plan_as_dict(plan=plan)
     data["url"] = request.build_absolute_uri(data["url"])
+    if "reused_from" in data:
+        data["reused_from"]["url"] = request.build_absolute_uri(data["reused_from"]["url"])
     return JsonResponse(data)
 
 

@@ -1,28 +1,26 @@
-"""Fixtures for the web tests: the seeded catalog, small specs, and a real Celery worker process.
+"""Fixtures for the web tests: the seeded catalog, small specs, a real Celery worker process and gunicorn.
 
-The worker runs as a separate process over the configured broker (the filesystem one under var/test-broker by
-default, Redis when CELERY_BROKER_URL is set) against the test database, never in eager mode.
+The worker and the web server run as separate processes (tests/web/procs.py) over the configured broker (the
+filesystem one under var/test-broker by default, Redis when CELERY_BROKER_URL is set) against the test
+database, never in eager mode.
 """
 from __future__ import annotations
 
 import copy
 import os
-import subprocess
-import sys
-import threading
 import time
-import uuid
-from pathlib import Path
 from typing import Any, Iterator
-from urllib.parse import quote
 
 import pytest
 from django.conf import settings
+from django.core.management import call_command
 from django.db import connection
 
 from webui import celery_app, services
 
-ROOT = Path(__file__).resolve().parents[2]
+from .procs import ROOT, WebServer, WorkerProcess, database_url
+
+__all__ = ["ROOT", "SMALL_SPEC", "require", "wait_for_status"]
 
 # Llama 3 8B on 64 H100s, hardware by catalog name: small enough that the search takes a moment.
 SMALL_SPEC: dict[str, Any] = {
@@ -44,67 +42,48 @@ def seeded(db) -> dict[str, int]:
     return services.catalog_seed()
 
 
-def database_url(settings_dict: dict[str, Any]) -> str:
-    """A DATABASE_URL for the database this test run uses (the test database, not the real one)."""
-    if settings_dict["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{settings_dict['NAME']}"
-    user = quote(settings_dict.get("USER") or "")
-    password = quote(settings_dict.get("PASSWORD") or "")
-    auth = f"{user}:{password}@" if user else ""
-    return f"postgres://{auth}{settings_dict.get('HOST') or 'localhost'}:{settings_dict.get('PORT') or 5432}/{settings_dict['NAME']}"
+# The sweep that sends the outbox and requeues lapsed leases runs every second in the tests' processes.
+FAST_RECOVERY = {"PLAN_RECOVER_EVERY_S": "1", "PLAN_OUTBOX_DELAY_S": "1"}
 
 
-class WorkerProcess:
-    """A `celery worker` subprocess whose output is collected, so a failing test can show it."""
+def require(available: bool, reason: str) -> None:
+    """Skip, saying why, where a service the test needs is absent; in CI (.ci/run) that is a failure."""
+    if not available:
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (CI must run this test)")
+        pytest.skip(reason)
 
-    def __init__(self, env: dict[str, str]) -> None:
-        self.lines: list[str] = []
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "webui", "worker", "--concurrency", "1", "--loglevel", "info",
-             "--without-mingle", "--without-gossip", "--without-heartbeat", "-n", f"test-{uuid.uuid4().hex[:8]}@%h"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
 
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip())
-
-    def output(self) -> str:
-        return "\n".join(self.lines[-60:])
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(" ready." in line for line in self.lines):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"the Celery worker did not start:\n{self.output()}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+@pytest.fixture(scope="session", autouse=True)
+def collected_static() -> None:
+    """Pages name static files by content hash (the manifest), as in production: collect them once."""
+    call_command("collectstatic", "--noinput", "-v", "0")
 
 
 @pytest.fixture(scope="session")
-def worker(django_db_setup, django_db_blocker) -> Iterator[WorkerProcess]:
-    """One real worker for the session, on the test database and the test broker, started clean."""
+def service_env(django_db_setup, django_db_blocker) -> dict[str, str]:
+    """The environment for the tests' subprocesses: the test database and the test broker."""
     with django_db_blocker.unblock():
-        env = {**os.environ, "DATABASE_URL": database_url(connection.settings_dict),
-               "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "CELERY_BROKER_DIR": str(settings.BROKER_DIR),
-               "PYTHONUNBUFFERED": "1"}
+        return {**os.environ, "DATABASE_URL": database_url(connection.settings_dict),
+                "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "CELERY_BROKER_DIR": str(settings.BROKER_DIR),
+                "STATIC_ROOT": str(settings.STATIC_ROOT), **FAST_RECOVERY}
+
+
+@pytest.fixture(scope="session")
+def worker(service_env) -> Iterator[WorkerProcess]:
+    """One real worker for the session, on the test database and the test broker, started clean."""
     celery_app.control.purge()  # messages left by an earlier run name plans that no longer exist
-    process = WorkerProcess(env)
-    process.wait_ready()
+    process = WorkerProcess(service_env).wait_ready()
     yield process
     process.stop()
+
+
+@pytest.fixture(scope="session")
+def web(service_env) -> Iterator[WebServer]:
+    """gunicorn serving the app over the test database and broker, as `make run` does."""
+    server = WebServer(service_env).wait_ready()
+    yield server
+    server.stop()
 
 
 def wait_for_status(plan, statuses: tuple[str, ...], timeout: float = 90) -> list[str]:

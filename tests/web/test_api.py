@@ -14,7 +14,9 @@ pytestmark = pytest.mark.django_db
 
 def post(client, body, **extra):
     payload = body if isinstance(body, (bytes, str)) else json.dumps(body)
-    return client.post("/api/plans", payload, content_type="application/json", **extra)
+    # The header even with an empty body, as curl sends it (Django's test client would leave it out).
+    return client.post("/api/plans", payload, content_type="application/json",
+                       **{"CONTENT_TYPE": "application/json", **extra})
 
 
 def test_posting_a_spec_answers_code_url_and_status(client, seeded, small_spec, django_capture_on_commit_callbacks):
@@ -65,6 +67,15 @@ def test_bounds_errors_name_the_field_and_the_limit(client, seeded, small_spec):
 def test_a_body_over_the_limit_is_refused(client, seeded):
     response = post(client, b"[" + b"1," * 600_000 + b"1]")
     assert response.status_code == 413 and "too large" in response.json()["errors"]["spec"][0]
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
+def test_a_body_that_is_not_declared_json_is_refused(client, seeded, small_spec, content_type):
+    # What a page on another site can post without a CORS preflight: the API never takes it.
+    response = post(client, small_spec, CONTENT_TYPE=content_type)
+    assert response.status_code == 415
+    assert response.json() == {"errors": {"spec": ["must be sent as Content-Type: application/json"]}}
+    assert not Plan.objects.exists()
 
 
 def test_get_shows_status_then_the_answer(client, seeded, small_spec):

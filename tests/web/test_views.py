@@ -6,6 +6,7 @@ import re
 import pytest
 from django.contrib.staticfiles import finders
 from django.urls import reverse
+from django.utils import timezone
 
 from webui import services
 from webui.models import Plan
@@ -31,7 +32,7 @@ def test_the_form_page_shows_every_section_with_units_and_help(client, seeded):
                  "Memory (GiB)", "NVLink bandwidth (GB/s)", "Tokens to train (tokens)", "custom GPU",
                  'value="Llama 3 70B" selected', 'name="num_gpus" value="512"'):
         assert text in page, text
-    assert "webui/form.js" in page and 'id="catalog-data"' in page
+    assert "/static/webui/form." in page and 'id="catalog-data"' in page
 
 
 def test_submitting_the_form_saves_a_queued_plan_and_enqueues_it_after_commit(
@@ -62,12 +63,20 @@ def test_an_empty_post_is_answered_with_messages(client, seeded):
 
 
 def test_a_queued_plan_shows_progress_that_updates_itself(client, small_spec, seeded):
-    plan = make_plan(small_spec)
+    plan = make_plan(small_spec, dispatched_at=timezone.now())
     page = client.get(plan.get_absolute_url()).content.decode()
     assert 'id="plan-progress"' in page and f'data-status-url="/api/plans/{plan.code}"' in page
     assert "waiting for a worker" in page
     assert '<meta http-equiv="refresh"' in page  # without JavaScript, too
-    assert "webui/plan.js" in page and "plotly.min.js" not in page
+    assert "/static/webui/plan." in page and "plotly.min." not in page
+
+
+def test_a_plan_the_broker_has_not_taken_yet_says_it_is_waiting_for_the_queue(client, small_spec, seeded):
+    plan = make_plan(small_spec)  # saved, never handed to the broker: in the outbox
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert 'id="plan-progress"' in page
+    assert "waiting for the task queue" in page and "nothing is lost" in page
+    assert client.get(f"/api/plans/{plan.code}").json()["waiting_for_broker"] is True
 
 
 def test_a_failed_plan_says_why_and_offers_to_try_again(client, small_spec, seeded):
@@ -97,7 +106,7 @@ def test_a_done_plan_shows_the_best_layout_alternatives_rejections_and_charts(cl
     page = client.get(plan.get_absolute_url()).content.decode()
     assert best["description"] in page and best["label"] in page
     for text in ("Step time", "Tokens/s", "MFU", "Memory per GPU", "Time to train", "GPU-hours",
-                 "Ranked layouts", "Rejected layouts", 'id="figures-data"', "/static/plotly/plotly.min.js"):
+                 "Ranked layouts", "Rejected layouts", 'id="figures-data"', "/static/plotly/plotly.min."):
         assert text in page, text
     for chart in ("step-time", "comm", "memory", "placement", "candidates"):
         assert f'id="chart-{chart}"' in page

@@ -36,8 +36,10 @@
           badge.textContent = plan.status;
           badge.className = "badge status-" + plan.status;
           if (plan.status === "running") text.textContent = "Searching the layouts…";
-          else if (plan.queue_position) text.textContent = "Queued behind " + plan.queue_position +
-            " other plan" + (plan.queue_position === 1 ? "" : "s") + ": waiting for a worker to pick it up.";
+          else if (plan.waiting_for_broker) text.textContent = "Saved, waiting for the task queue: it did not " +
+            "answer when you asked. The plan will be sent to a worker as soon as it is back; nothing is lost.";
+          else text.textContent = "Queued" + (plan.queue_position ? " behind " + plan.queue_position +
+            " other plan" + (plan.queue_position === 1 ? "" : "s") : "") + ": waiting for a worker to pick it up.";
           delay = Math.min(delay * 1.3, 3000);
           setTimeout(poll, delay);
         })

@@ -1,0 +1,143 @@
+"""Getting each plan's search done exactly once, whatever happens to the broker or the workers.
+
+The Plan row is the source of truth, the broker only a doorbell:
+
+- `plan_dispatch` hands a queued plan's task to the broker and stamps `dispatched_at`. When the broker is down
+  the stamp stays empty: the plan is in the outbox, and its page says it is waiting.
+- `plan_claim` takes a queued plan with a conditional UPDATE (queued -> running, a fresh lease token, a lease
+  that outlasts the task's hard time limit). A second delivery of the same message finds nothing to claim.
+- `plan_store` writes the outcome only while the plan is running under the caller's token, so a worker that
+  lost its lease can never overwrite the answer, and a finished plan never changes.
+- `plans_recover`, run by every worker every PLAN_RECOVER_EVERY_S (webui/celery.py) and by
+  `manage.py plans_recover`, puts lapsed leases (the worker died mid-search) back in the queue, fails plans
+  whose search was cut off PLAN_MAX_ATTEMPTS times, and sends the outbox: plans never sent, and plans sent long
+  ago but never started (a broker that restarted without its data lost them).
+
+None of this relies on the broker redelivering: Celery's filesystem broker cannot, Redis does only after its
+visibility timeout. Leases compare machine clocks, which must agree to well within PLAN_TIME_GRACE_S (NTP).
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError
+from django.db.models import F, Q
+from django.utils import timezone
+
+import planner
+from planner import PlanSpec
+
+from .models import Plan
+
+logger = logging.getLogger(__name__)
+
+
+def plan_time_limit(*, spec: PlanSpec) -> float:
+    """The soft time limit for this spec's search in seconds: a base plus a cost per layout the search may
+    consider (`planner.estimate_layouts`, an upper bound), capped at PLAN_TIME_LIMIT_S."""
+    layouts = planner.estimate_layouts(spec)
+    limit = settings.PLAN_TIME_BASE_S + layouts * settings.PLAN_TIME_PER_LAYOUT_US / 1e6
+    return round(min(settings.PLAN_TIME_LIMIT_S, limit), 1)
+
+
+def plan_hard_limit(*, plan: Plan) -> float:
+    """When the worker kills the search outright: the soft limit plus time to record the failure."""
+    return plan.time_limit_s + settings.PLAN_TIME_GRACE_S
+
+
+def plan_dispatch(*, plan_id: int) -> bool:
+    """Send a queued plan's task to the broker; True when the broker took it.
+
+    Stamps `dispatched_at` first with a conditional UPDATE, so that two sweeps racing over the outbox send it
+    once; a broker that refuses the message clears the stamp again and the plan stays in the outbox.
+    """
+    from .tasks import plan_run_task  # the task module imports the services, which import this one
+
+    plan = Plan.objects.filter(pk=plan_id, status=Plan.Status.QUEUED).only("dispatched_at", "time_limit_s").first()
+    if plan is None:
+        return False
+    sent_at = timezone.now()
+    if not Plan.objects.filter(pk=plan.pk, status=Plan.Status.QUEUED, dispatched_at=plan.dispatched_at).update(
+            dispatched_at=sent_at):
+        return False  # someone else sent it a moment ago
+    try:
+        plan_run_task.apply_async((plan.pk,), soft_time_limit=plan.time_limit_s,
+                                  time_limit=plan_hard_limit(plan=plan))
+    except Exception as err:  # kombu's OperationalError, a socket error, a timeout: the broker is not there
+        logger.warning("plan %s: the broker refused the task (%s); it stays in the outbox", plan.pk, err)
+        Plan.objects.filter(pk=plan.pk, dispatched_at=sent_at).update(dispatched_at=None)
+        return False
+    return True
+
+
+def plan_claim(*, plan_id: int) -> tuple[Plan | None, uuid.UUID | None]:
+    """(the plan, a lease token) when this caller may run its search now; (the plan, None) when it may not:
+    it is running under someone else's live lease, or finished. (None, None) when there is no such plan."""
+    plan = Plan.objects.filter(pk=plan_id).only("time_limit_s").first()
+    if plan is None:
+        return None, None
+    token = uuid.uuid4()
+    now = timezone.now()
+    lease = timedelta(seconds=plan_hard_limit(plan=plan) + settings.PLAN_TIME_GRACE_S)
+    claimed = Plan.objects.filter(pk=plan_id, status=Plan.Status.QUEUED).update(
+        status=Plan.Status.RUNNING, lease_token=token, lease_expires_at=now + lease, started_at=now,
+        attempts=F("attempts") + 1)
+    plan.refresh_from_db()
+    return plan, (token if claimed else None)
+
+
+def plan_store(*, plan: Plan, token: uuid.UUID, **fields: Any) -> Plan:
+    """Record a claimed plan's outcome (status, result or error, ...) if it still holds the lease."""
+    stored = Plan.objects.filter(pk=plan.pk, status=Plan.Status.RUNNING, lease_token=token).update(
+        lease_token=None, lease_expires_at=None, finished_at=timezone.now(), **fields)
+    if not stored:
+        logger.warning("plan %s: the lease lapsed before the answer was stored; another worker has the plan",
+                       plan.code)
+    plan.refresh_from_db()
+    return plan
+
+
+def plan_release(*, plan: Plan, token: uuid.UUID) -> None:
+    """Give a claimed plan back to the queue (a transient error; the task will retry). Best effort: with the
+    database gone too, the lease lapses and `plans_recover` does it."""
+    try:
+        Plan.objects.filter(pk=plan.pk, status=Plan.Status.RUNNING, lease_token=token).update(
+            status=Plan.Status.QUEUED, lease_token=None, lease_expires_at=None)
+    except DatabaseError:
+        logger.warning("plan %s: could not release the lease; it will lapse", plan.code)
+
+
+def plans_recover(*, limit: int = 500) -> dict[str, int]:
+    """One sweep: lapsed leases back to the queue (or failed, after PLAN_MAX_ATTEMPTS), then send the outbox.
+    Safe to run from any number of processes at once. Returns {"requeued", "failed", "sent", "unsent"}.
+
+    It only reads unless something is due: it runs every few seconds in every worker, and on SQLite a write
+    would wait for the database's one write lock.
+    """
+    now = timezone.now()
+    lapsed_q = Q(status=Plan.Status.RUNNING) & (Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True))
+    lapsed_ids = list(Plan.objects.filter(lapsed_q).values_list("pk", flat=True)[:limit])
+    failed = requeued = 0
+    if lapsed_ids:
+        lapsed = Plan.objects.filter(lapsed_q, pk__in=lapsed_ids)  # still lapsed: a racing sweep may have been first
+        failed = lapsed.filter(attempts__gte=settings.PLAN_MAX_ATTEMPTS).update(
+            status=Plan.Status.FAILED, lease_token=None, lease_expires_at=None, finished_at=now,
+            error=f"The search was cut off {settings.PLAN_MAX_ATTEMPTS} times (its worker stopped, or it ran "
+                  "past its hard time limit), so it was not tried again. Pin part of the layout (TP, PP) to make "
+                  "the search smaller, or ask your operator to look at the workers' logs.")
+        requeued = lapsed.update(status=Plan.Status.QUEUED, lease_token=None, lease_expires_at=None,
+                                 dispatched_at=None)
+    outbox = Plan.objects.filter(status=Plan.Status.QUEUED).filter(
+        Q(dispatched_at__isnull=True, created_at__lt=now - timedelta(seconds=settings.PLAN_OUTBOX_DELAY_S))
+        | Q(dispatched_at__isnull=True, attempts__gt=0)  # requeued from a lapsed lease: no need to wait
+        | Q(dispatched_at__lt=now - timedelta(seconds=settings.PLAN_RESEND_AFTER_S)))
+    due = list(outbox.order_by("created_at").values_list("pk", flat=True)[:limit])
+    sent = sum(plan_dispatch(plan_id=pk) for pk in due)
+    counts = {"requeued": requeued, "failed": failed, "sent": sent, "unsent": len(due) - sent}
+    if any(counts.values()):
+        logger.info("plans_recover: %s", counts)
+    return counts
