@@ -30,6 +30,10 @@ logger = logging.getLogger(__name__)
 def limit_search_memory(**kwargs: Any) -> None:
     from django.conf import settings
 
+    # One search per pool process: BLAS threads would only oversubscribe the cores, and each reserves address
+    # space under the cap. numpy is first imported by the first search, after this.
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, "1")
     limit = settings.PLAN_MEMORY_LIMIT_MB * 2**20
     if limit > 0:
         _, hard = resource.getrlimit(resource.RLIMIT_AS)

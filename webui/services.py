@@ -184,7 +184,8 @@ def plan_run(*, plan_id: int) -> Plan | None:
     if plan is None:
         logger.warning("plan %s does not exist; nothing to run", plan_id)
         return None
-    if token is None:
+    if token is None:  # finished, or running under another delivery's live lease: this one is a duplicate
+        logger.info("plan %s is %s: this delivery has nothing to do", plan.pk, plan.status)
         return plan
     try:
         original = plan_original(spec_hash=plan.spec_hash, top=plan.top)

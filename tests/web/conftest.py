@@ -69,9 +69,10 @@ def service_env(django_db_setup, django_db_blocker) -> dict[str, str]:
                 "STATIC_ROOT": str(settings.STATIC_ROOT), **FAST_RECOVERY}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def worker(service_env) -> Iterator[WorkerProcess]:
-    """One real worker for the session, on the test database and the test broker, started clean."""
+    """One real worker for the module, on the test database and the test broker, started clean. Per module, not
+    per session: its sweep would send other modules' plans (test_faults.py's, say) through the wrong broker."""
     celery_app.control.purge()  # messages left by an earlier run name plans that no longer exist
     process = WorkerProcess(service_env).wait_ready()
     yield process
@@ -86,12 +87,12 @@ def web(service_env) -> Iterator[WebServer]:
     server.stop()
 
 
-def wait_for_status(plan, statuses: tuple[str, ...], timeout: float = 90) -> list[str]:
+def wait_for_status(plan, statuses: tuple[str, ...], timeout: float = 90, every: float = 0.1) -> list[str]:
     """Poll the plan row until its status is one of `statuses`; return every status seen on the way."""
     seen = [plan.status]
     deadline = time.monotonic() + timeout
     while plan.status not in statuses and time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(every)
         plan.refresh_from_db()
         if plan.status != seen[-1]:
             seen.append(plan.status)

@@ -29,13 +29,34 @@ def leaf_paths(doc, prefix=()):
 PATHS = list(leaf_paths(SMALL_SPEC))
 
 
+def assert_names_fields(response) -> dict[str, list[str]]:
+    """A 4xx answer is {"errors": {field: [message, ...]}}: every entry names a field and says something."""
+    errors = response.json()["errors"]
+    assert errors and isinstance(errors, dict), errors
+    for field, messages in errors.items():
+        assert isinstance(field, str) and field.strip(), errors
+        assert messages and all(isinstance(m, str) and m.strip() for m in messages), errors
+    return errors
+
+
 @FUZZ
 @given(body=json_values)
 def test_any_json_body_is_a_201_or_a_400_with_field_errors(client, seeded, body):
     response = client.post("/api/plans", json.dumps(body), content_type="application/json")
     assert response.status_code in (201, 400), response.content
     if response.status_code == 400:
-        assert response.json()["errors"]
+        assert_names_fields(response)
+
+
+@FUZZ
+@given(body=st.binary(max_size=200),
+       content_type=st.sampled_from(["application/json", "application/json; charset=latin-1", "text/plain",
+                                     "application/x-www-form-urlencoded", ""]))
+def test_any_bytes_with_any_content_type_get_an_answer_naming_the_field(client, seeded, body, content_type):
+    response = client.generic("POST", "/api/plans", body, content_type=content_type)  # the bytes as they are
+    assert response.status_code in (201, 400, 415), response.content
+    if response.status_code != 201:
+        assert_names_fields(response)
 
 
 @FUZZ
@@ -48,6 +69,11 @@ def test_any_one_bad_field_in_a_good_spec_is_named(client, seeded, path, value):
     target[path[-1]] = value
     response = client.post("/api/plans", json.dumps(doc), content_type="application/json")
     assert response.status_code in (201, 400), response.content
+    if response.status_code == 400:
+        errors = assert_names_fields(response)
+        # The field that was changed is named, or the section it sits in when the section's rules say more.
+        dotted = ".".join(path)
+        assert any(dotted.startswith(f) or f.startswith(dotted) or f.split(".")[0] == path[0] for f in errors), errors
 
 
 @FUZZ
@@ -60,3 +86,9 @@ def test_any_form_post_is_answered_with_the_form_or_a_plan(client, seeded, field
 
     response = client.post("/", post_data(services.catalog_as_dict(), **fields))
     assert response.status_code in (200, 302)
+    if response.status_code == 200:  # the form again: each message beside the field it is about
+        form = response.context["form"]
+        assert form.errors and all(form.errors.values())
+        page = response.content.decode()
+        for name in form.errors:
+            assert name == "__all__" or f'data-field="{name}"' in page, name

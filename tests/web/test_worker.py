@@ -2,6 +2,8 @@
 so) takes a plan from queued to done. No eager mode."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from webui import services
@@ -30,3 +32,25 @@ def test_a_real_worker_records_a_failure_with_its_message(worker, db):
     wait_for_status(plan, ("done", "failed"))
     assert plan.status == "failed", worker.output()
     assert "model.layers: is required" in plan.error
+
+
+def test_a_duplicate_spec_reuses_the_finished_result_without_a_second_search(worker, seeded, small_spec, client):
+    small_spec["training"]["global_batch"] = 128  # a spec no other test in this module asks for
+    first = client.post("/api/plans", small_spec, content_type="application/json").json()
+    plan = Plan.objects.get(code=first["code"])
+    wait_for_status(plan, ("done", "failed"))
+    assert plan.status == "done", worker.output()
+    received = worker.count("Task webui.plan_run")
+
+    second = client.post("/api/plans", small_spec, content_type="application/json")
+    assert second.status_code == 201
+    body = second.json()
+    assert body["status"] == "done" and body["code"] != first["code"]
+    assert body["reused_from"] == f"http://testserver/plans/{plan.code}/"
+    twin = Plan.objects.get(code=body["code"])
+    assert twin.result == plan.result and twin.attempts == 0
+    page = client.get(f"/plans/{twin.code}/").content.decode()
+    assert 'id="reused-from"' in page and f'href="/plans/{plan.code}/"' in page
+    assert client.get(f"/api/plans/{twin.code}").json()["reused_from"]["code"] == str(plan.code)
+    time.sleep(1)
+    assert worker.count("Task webui.plan_run") == received  # no task was sent for the twin

@@ -1,0 +1,273 @@
+"""Exactly-once searches over at-least-once delivery (webui/delivery.py), without a worker: claims and leases,
+stores by the lease holder only, time limits from the spec, the outbox and the lapsed-lease sweep. The same
+paths with real processes, a SIGKILLed worker and a restarted Redis are in test_faults.py."""
+from __future__ import annotations
+
+import copy
+import os
+import resource
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from celery.exceptions import SoftTimeLimitExceeded
+from django.core.management import call_command
+from django.db import OperationalError
+from django.utils import timezone
+
+import planner
+from webui import delivery, services
+from webui.models import Plan
+from webui.tasks import plan_run_task
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list[dict]:
+    """Messages handed to the broker, recorded instead of sent."""
+    calls: list[dict] = []
+    monkeypatch.setattr(plan_run_task, "apply_async",
+                        lambda args, **options: calls.append({"plan_id": args[0], **options}))
+    return calls
+
+
+@pytest.fixture
+def broker_down(monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise ConnectionRefusedError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    monkeypatch.setattr(plan_run_task, "apply_async", refuse)
+
+
+@pytest.fixture
+def queued(seeded, small_spec, django_capture_on_commit_callbacks) -> Plan:
+    """A plan saved and committed, its task not yet sent."""
+    with django_capture_on_commit_callbacks(execute=False):
+        return services.plan_create(spec=services.spec_parse(data=small_spec))
+
+
+def ago(seconds: float):
+    return timezone.now() - timedelta(seconds=seconds)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Time limits
+
+
+def test_time_limits_grow_with_the_layouts_searched_and_are_capped(seeded, small_spec, settings):
+    small = services.spec_parse(data=small_spec)
+    small_spec["cluster"]["num_gpus"], small_spec["training"]["global_batch"] = 1_048_576, 16_777_216
+    big = services.spec_parse(data=small_spec)
+    layouts_small, layouts_big = planner.estimate_layouts(small), planner.estimate_layouts(big)
+    assert layouts_big > layouts_small
+    assert delivery.plan_time_limit(spec=small) == round(10 + layouts_small * 100e-6, 1)
+    assert delivery.plan_time_limit(spec=big) == round(10 + layouts_big * 100e-6, 1)
+    settings.PLAN_TIME_LIMIT_S = 12
+    assert delivery.plan_time_limit(spec=big) == 12
+
+
+def test_a_plan_is_sent_with_its_own_soft_and_hard_limits(seeded, small_spec, sent,
+                                                          django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        plan = services.plan_create(spec=services.spec_parse(data=small_spec))
+    assert plan.time_limit_s == delivery.plan_time_limit(spec=services.spec_parse(data=small_spec))
+    assert sent == [{"plan_id": plan.pk, "soft_time_limit": plan.time_limit_s, "time_limit": plan.time_limit_s + 10}]
+    plan.refresh_from_db()
+    assert plan.dispatched_at is not None and not plan.is_waiting_for_broker
+
+
+def test_a_search_past_its_soft_limit_fails_with_the_limit_named(queued, monkeypatch):
+    def too_slow(spec, top):
+        raise SoftTimeLimitExceeded()
+    monkeypatch.setattr(planner, "plan", too_slow)
+    plan = services.plan_run(plan_id=queued.pk)
+    assert plan.status == "failed" and plan.lease_token is None
+    assert plan.error.startswith(f"The search took longer than {queued.time_limit_s:g} s and was stopped.")
+
+
+def test_a_search_out_of_memory_fails_with_the_cap_named(queued, monkeypatch, settings):
+    def too_big(spec, top):
+        raise MemoryError()
+    monkeypatch.setattr(planner, "plan", too_big)
+    plan = services.plan_run(plan_id=queued.pk)
+    assert plan.status == "failed"
+    assert f"more than the {settings.PLAN_MEMORY_LIMIT_MB} MiB a worker allows" in plan.error
+
+
+def test_each_search_process_caps_its_address_space():
+    code = ("import django, resource; django.setup(); from webui.celery import limit_search_memory; "
+            "limit_search_memory(); print(resource.getrlimit(resource.RLIMIT_AS)[0])")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "webui.settings", "PLAN_MEMORY_LIMIT_MB": "1536"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    assert int(out.stdout) == 1536 * 2**20
+    assert resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY  # only in that process
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Claims and leases
+
+
+def test_only_the_first_delivery_claims_a_plan(queued, settings):
+    plan, token = delivery.plan_claim(plan_id=queued.pk)
+    assert token is not None and plan.status == "running" and plan.attempts == 1 and plan.lease_token == token
+    lease = (plan.lease_expires_at - plan.started_at).total_seconds()
+    assert lease == pytest.approx(plan.time_limit_s + 2 * settings.PLAN_TIME_GRACE_S)  # outlives the hard limit
+    again, second = delivery.plan_claim(plan_id=queued.pk)
+    assert second is None and again.attempts == 1 and again.lease_token == token
+
+
+def test_a_duplicate_delivery_does_not_search(queued, monkeypatch):
+    delivery.plan_claim(plan_id=queued.pk)  # another worker is searching
+    monkeypatch.setattr(planner, "plan", lambda spec, top: pytest.fail("searched twice"))
+    plan = services.plan_run(plan_id=queued.pk)
+    assert plan.status == "running" and plan.attempts == 1
+
+
+def test_a_worker_that_lost_its_lease_cannot_store_its_answer(queued):
+    plan, stale = delivery.plan_claim(plan_id=queued.pk)
+    Plan.objects.filter(pk=plan.pk).update(lease_expires_at=ago(1))
+    delivery.plans_recover()  # requeued; the next claim is someone else's
+    plan, token = delivery.plan_claim(plan_id=plan.pk)
+    late = delivery.plan_store(plan=plan, token=stale, status="done", result={"plans": ["stale"]})
+    assert late.status == "running" and late.result is None and late.lease_token == token
+    done = delivery.plan_store(plan=plan, token=token, status="done", result={"plans": []})
+    assert done.status == "done" and done.result == {"plans": []} and done.attempts == 2
+
+
+def test_a_transient_database_error_gives_the_plan_back_for_the_retry(queued, monkeypatch):
+    def database_blinks(**kwargs):
+        raise OperationalError("server closed the connection unexpectedly")
+    monkeypatch.setattr(services, "plan_original", database_blinks)
+    with pytest.raises(OperationalError):
+        services.plan_run(plan_id=queued.pk)
+    queued.refresh_from_db()
+    assert (queued.status, queued.lease_token, queued.attempts) == ("queued", None, 1)
+    monkeypatch.undo()
+    assert services.plan_run(plan_id=queued.pk).status == "done"  # what Celery's retry then does
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The sweep: lapsed leases and the outbox
+
+
+def test_the_sweep_requeues_and_resends_a_search_whose_worker_died(queued, sent):
+    plan, _ = delivery.plan_claim(plan_id=queued.pk)
+    assert delivery.plans_recover() == {"requeued": 0, "failed": 0, "sent": 0, "unsent": 0}  # lease still live
+    Plan.objects.filter(pk=plan.pk).update(lease_expires_at=ago(1))
+    assert delivery.plans_recover() == {"requeued": 1, "failed": 0, "sent": 1, "unsent": 0}
+    plan.refresh_from_db()
+    assert (plan.status, plan.lease_token, plan.attempts) == ("queued", None, 1)
+    assert [m["plan_id"] for m in sent] == [plan.pk]
+    assert services.plan_run(plan_id=plan.pk).attempts == 2
+
+
+def test_a_search_cut_off_too_often_fails_with_a_message(queued, sent, settings):
+    Plan.objects.filter(pk=queued.pk).update(status="running", attempts=settings.PLAN_MAX_ATTEMPTS,
+                                              lease_expires_at=ago(1))
+    assert delivery.plans_recover()["failed"] == 1
+    queued.refresh_from_db()
+    assert queued.status == "failed" and queued.finished_at is not None
+    assert queued.error.startswith(f"The search was cut off {settings.PLAN_MAX_ATTEMPTS} times")
+    assert sent == []
+
+
+def test_the_outbox_sends_plans_the_broker_refused_once_it_is_back(seeded, small_spec, broker_down, monkeypatch,
+                                                                   django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        plan = services.plan_create(spec=services.spec_parse(data=small_spec))
+    plan.refresh_from_db()
+    assert plan.status == "queued" and plan.is_waiting_for_broker  # saved, not lost, and says so
+    Plan.objects.filter(pk=plan.pk).update(created_at=ago(60))
+    assert delivery.plans_recover() == {"requeued": 0, "failed": 0, "sent": 0, "unsent": 1}
+    monkeypatch.undo()
+    calls: list[int] = []
+    monkeypatch.setattr(plan_run_task, "apply_async", lambda args, **options: calls.append(args[0]))
+    assert delivery.plans_recover()["sent"] == 1 and calls == [plan.pk]
+    assert delivery.plans_recover()["sent"] == 0  # sent once, not on every sweep
+    plan.refresh_from_db()
+    assert not plan.is_waiting_for_broker
+
+
+def test_the_outbox_leaves_a_plan_being_sent_right_now_alone(queued, sent):
+    assert delivery.plans_recover()["sent"] == 0  # younger than PLAN_OUTBOX_DELAY_S: its request is sending it
+    Plan.objects.filter(pk=queued.pk).update(created_at=ago(6))
+    assert delivery.plans_recover()["sent"] == 1
+
+
+def test_a_plan_sent_long_ago_and_never_started_is_sent_again(queued, sent, settings):
+    Plan.objects.filter(pk=queued.pk).update(dispatched_at=ago(settings.PLAN_RESEND_AFTER_S - 5))
+    assert delivery.plans_recover()["sent"] == 0  # maybe just a long queue
+    Plan.objects.filter(pk=queued.pk).update(dispatched_at=ago(settings.PLAN_RESEND_AFTER_S + 1))
+    assert delivery.plans_recover()["sent"] == 1  # the broker lost it (a restart without persistence)
+
+
+def test_two_sweeps_at_once_send_a_plan_once(queued, sent):
+    Plan.objects.filter(pk=queued.pk).update(created_at=ago(60))
+    stale = Plan.objects.get(pk=queued.pk).dispatched_at
+    assert delivery.plan_dispatch(plan_id=queued.pk) is True
+    # The other sweep read the plan before the stamp: its conditional UPDATE finds nothing to take.
+    assert Plan.objects.filter(pk=queued.pk, dispatched_at=stale).update(dispatched_at=timezone.now()) == 0
+    assert len(sent) == 1
+
+
+def test_the_recovery_command_prints_what_it_did(queued, sent, capsys):
+    Plan.objects.filter(pk=queued.pk).update(created_at=ago(60))
+    call_command("plans_recover")
+    assert capsys.readouterr().out.strip() == "requeued 0, failed 0, sent 1, unsent 0"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Identical requests
+
+
+def test_an_identical_request_reuses_the_finished_answer_under_its_own_code(
+        seeded, small_spec, sent, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        original = services.plan_create(spec=services.spec_parse(data=small_spec))
+    original = services.plan_run(plan_id=original.pk)
+    reordered = {key: small_spec[key] for key in reversed(list(small_spec))}  # same spec, other key order
+    reordered["cluster"]["gpu"] = services.catalog_as_dict()["gpu"]["H100 SXM5 80GB"]  # by value, not name
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        twin = services.plan_create(spec=services.spec_parse(data=reordered))
+    assert twin.code != original.code
+    assert (twin.status, twin.reused_from, twin.attempts) == ("done", original, 0)
+    assert twin.result == original.result
+    assert callbacks == [] and len(sent) == 1  # the original's task only
+    third = services.plan_create(spec=services.spec_parse(data=small_spec))
+    assert third.reused_from == original  # always the plan that searched, never a copy
+
+
+def test_a_different_top_or_engine_version_searches_again(seeded, small_spec, sent, monkeypatch):
+    spec = services.spec_parse(data=small_spec)
+    services.plan_run(plan_id=services.plan_create(spec=spec).pk)
+    assert services.plan_create(spec=spec, top=3).reused_from is None
+    monkeypatch.setattr(services, "ENGINE_VERSION", "999")
+    assert services.plan_create(spec=spec).reused_from is None
+
+
+def test_a_failed_plan_is_not_reused(seeded, small_spec, sent):
+    spec = services.spec_parse(data=small_spec)
+    failed = services.plan_create(spec=spec)
+    Plan.objects.filter(pk=failed.pk).update(status="failed", error="boom")
+    assert services.plan_create(spec=spec).status == "queued"
+
+
+def test_a_twin_that_finished_while_this_one_waited_lends_its_answer(seeded, small_spec, sent, monkeypatch):
+    spec = services.spec_parse(data=small_spec)
+    first, second = services.plan_create(spec=spec), services.plan_create(spec=spec)  # both queued
+    assert second.status == "queued" and second.reused_from is None
+    services.plan_run(plan_id=first.pk)
+    monkeypatch.setattr(planner, "plan", lambda spec, top: pytest.fail("searched again"))
+    second = services.plan_run(plan_id=second.pk)
+    assert (second.status, second.reused_from_id, second.attempts) == ("done", first.pk, 1)
+    assert second.result == Plan.objects.get(pk=first.pk).result
+
+
+def test_the_spec_hash_covers_the_engine_version(seeded, small_spec, monkeypatch):
+    spec = services.spec_parse(data=small_spec).to_dict()
+    before = services.spec_hash(spec)
+    monkeypatch.setattr(services, "ENGINE_VERSION", "999")
+    assert services.spec_hash(copy.deepcopy(spec)) != before

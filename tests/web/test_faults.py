@@ -1,0 +1,141 @@
+"""Faults a shared planning service meets, with real processes throughout (tests/web/procs.py): gunicorn takes
+the submission over HTTP and `celery worker` runs the search, over the test database (SQLite, or PostgreSQL
+when DATABASE_URL says so) and a private broker: a redis-server of the test's own (so that it may be stopped),
+or a filesystem broker folder, which cannot redeliver at all, so only the Plan's lease and outbox bring a lost
+search back.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from webui.models import Plan
+
+from .conftest import SMALL_SPEC, require, wait_for_status
+from .procs import Process, RedisServer, WebServer, WorkerProcess
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+# The longest search the spec allows (about 0.5-0.8 s: 1,048,576 GPUs, the largest batch), so that a kill
+# lands in the middle of it.
+BIG_SPEC: dict[str, Any] = copy.deepcopy(SMALL_SPEC)
+BIG_SPEC["cluster"]["num_gpus"] = 1_048_576
+BIG_SPEC["training"]["global_batch"] = 16_777_216
+
+# Short limits so that a lost search comes back within seconds. The big spec's ~190,000 layouts (an upper
+# bound) give a soft limit of 4 s + 10 us each = 5.9 s, a hard one of 6.9 s, a lease of 7.9 s. Redis hands an
+# unacknowledged message out again after 3 s, well before the lease lapses: that delivery must do nothing.
+FAULT_ENV = {"PLAN_TIME_BASE_S": "4", "PLAN_TIME_PER_LAYOUT_US": "10", "PLAN_TIME_GRACE_S": "1",
+             "PLAN_RECOVER_EVERY_S": "0.5", "PLAN_OUTBOX_DELAY_S": "0.5", "PLAN_RESEND_AFTER_S": "3",
+             "REDIS_VISIBILITY_TIMEOUT_S": "3", "REDIS_RESTORE_EVERY_S": "1"}
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[[Process], Any]]:
+    """Start processes for one test; all are stopped at its end, before the database is flushed."""
+    started: list[Process] = []
+
+    def start(process: Process) -> Any:
+        started.append(process)
+        return process.wait_ready()
+
+    yield start
+    for process in reversed(started):
+        process.stop()
+
+
+def outputs(*processes: Process) -> str:
+    return "\n".join(p.output() for p in processes)
+
+
+@pytest.fixture
+def redis(tmp_path) -> Iterator[RedisServer]:
+    require(RedisServer.available(), "no redis-server on PATH (apt-get install -y redis-server)")
+    server = RedisServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["filesystem", "redis"])
+def broker_env(request, service_env, tmp_path) -> dict[str, str]:
+    """The environment of every process in a fault test: its own broker, the short limits above."""
+    if request.param == "redis":
+        url = request.getfixturevalue("redis").url
+        return {**service_env, **FAULT_ENV, "CELERY_BROKER_URL": url}
+    return {**service_env, **FAULT_ENV, "CELERY_BROKER_URL": "filesystem://localhost//",
+            "CELERY_BROKER_DIR": str(tmp_path / "broker")}
+
+
+def submit(web: WebServer, spec: dict[str, Any]) -> Plan:
+    status, body = web.post_json("/api/plans", spec)
+    assert status == 201, body
+    return Plan.objects.get(code=body["code"])
+
+
+def test_a_plan_whose_worker_is_killed_mid_search_completes_once_on_another_worker(seeded, broker_env, spawn):
+    web = spawn(WebServer(broker_env))
+    first = spawn(WorkerProcess(broker_env, name="first"))
+    plan = submit(web, BIG_SPEC)
+    wait_for_status(plan, ("running", "done", "failed"), timeout=60, every=0.01)
+    first.kill()  # SIGKILL to the worker and its pool: nothing acknowledges, nothing cleans up
+    plan.refresh_from_db()
+    assert plan.status == "running" and plan.attempts == 1, f"the kill must land mid-search\n{outputs(first)}"
+    assert plan.lease_token is not None and plan.result is None
+
+    second = spawn(WorkerProcess(broker_env, name="second"))
+    wait_for_status(plan, ("done", "failed"), timeout=60)
+    assert plan.status == "done", f"{plan.status} {plan.error}\n{outputs(second, web)}"
+    time.sleep(2)  # long enough for any late duplicate delivery (Redis restores after 3 s) to arrive and do nothing
+    plan.refresh_from_db()
+    assert plan.attempts == 2, outputs(second)  # the killed search, then exactly one more
+    assert plan.result["plans"][0]["step_time_s"] > 0 and plan.error == ""
+    assert plan.lease_token is None and plan.started_at <= plan.finished_at
+    assert Plan.objects.count() == 1
+    if broker_env["CELERY_BROKER_URL"].startswith("redis"):
+        # Redis handed the killed worker's message out again; that delivery found the plan leased or done.
+        assert second.count("this delivery has nothing to do") >= 1, outputs(second)
+
+
+def test_a_plan_submitted_while_redis_is_down_waits_and_completes_when_it_is_back(seeded, redis, service_env, spawn):
+    env = {**service_env, **FAULT_ENV, "CELERY_BROKER_URL": redis.url}
+    web = spawn(WebServer(env))
+    worker = spawn(WorkerProcess(env))
+    redis.stop()
+
+    started = time.monotonic()
+    plan = submit(web, SMALL_SPEC)
+    assert time.monotonic() - started < 5  # the broker's absence costs a moment, not a hung request
+    assert plan.status == "queued" and plan.dispatched_at is None
+    status, shown = web.get_json(f"/api/plans/{plan.code}")
+    assert status == 200 and shown["status"] == "queued" and shown["waiting_for_broker"] is True
+    assert "waiting for the task queue" in web.get_text(f"/plans/{plan.code}/")
+    time.sleep(2)  # several sweeps try to send it meanwhile, and fail
+    plan.refresh_from_db()
+    assert (plan.status, plan.dispatched_at, plan.attempts) == ("queued", None, 0)
+
+    redis.start()  # same port, empty
+    wait_for_status(plan, ("done", "failed"), timeout=90)
+    assert plan.status == "done", f"{plan.status} {plan.error}\n{outputs(worker, web)}"
+    assert plan.attempts == 1 and plan.dispatched_at is not None
+    assert web.get_json(f"/api/plans/{plan.code}")[1]["result"]["plans"][0]["step_time_s"] > 0
+    # The web server's own connection comes back too: the next plan goes straight out.
+    second = submit(web, {**SMALL_SPEC, "training": {**SMALL_SPEC["training"], "global_batch": 512}})
+    assert second.dispatched_at is not None
+    wait_for_status(second, ("done", "failed"), timeout=60)
+    assert second.status == "done", outputs(worker, web)
+
+
+def test_a_plan_whose_message_a_redis_restart_lost_is_sent_again(seeded, redis, service_env, spawn):
+    env = {**service_env, **FAULT_ENV, "CELERY_BROKER_URL": redis.url}
+    web = spawn(WebServer(env))
+    plan = submit(web, SMALL_SPEC)  # no worker yet: the message waits in Redis
+    assert plan.dispatched_at is not None
+    redis.stop()
+    redis.start()  # keeps nothing on disk: the message is gone, the plan row is not
+    worker = spawn(WorkerProcess(env))
+    wait_for_status(plan, ("done", "failed"), timeout=60)
+    assert plan.status == "done", f"{plan.status} {plan.error}\n{outputs(worker, web)}"
+    assert plan.attempts == 1
