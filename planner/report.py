@@ -102,7 +102,7 @@ def plan_entry(spec: PlanSpec, pc: ParamCount, ev: Evaluation, i: int) -> dict[s
 
 
 def _comm_entry(c) -> dict[str, Any]:
-    return {"group": c.group, "collective": c.op, "algorithm": c.algorithm,
+    return {"group": c.group, "collective": c.op, "over": c.over or c.group, "algorithm": c.algorithm,
             "fabric": max(c.by_fabric, key=lambda f: float(c.by_fabric[f][0])) if c.by_fabric else "none",
             "bytes_per_call": _r(c.bytes_per_call[0]), "calls_per_step": _r(c.calls[0]),
             "bytes_per_step": _r(c.bytes_per_call[0] * c.calls[0]),

@@ -30,7 +30,7 @@ ACT_BYTES = 2.0  # activations travel in bf16
 class Collective:
     """One kind of collective a layout issues, with per-candidate totals over a step."""
 
-    group: str
+    group: str                    # what it is for: tp, cp, ep, pp or dp (the time_s part it belongs to)
     op: str
     bytes_per_call: np.ndarray
     calls: np.ndarray
@@ -38,6 +38,7 @@ class Collective:
     exposed_s: np.ndarray         # the part on the critical path
     by_fabric: dict[str, np.ndarray]
     algorithm: str
+    over: str = ""                # the ranks it runs over when not `group` (DP gradient stages over the CP ranks)
 
 
 @dataclass
@@ -94,17 +95,18 @@ def _stage_compute(spec: PlanSpec, lay: Layouts, lt: LayerTimes) -> tuple[np.nda
 
 
 def _collective(spec: PlanSpec, placement: Placement, group: str, op: str, nbytes: np.ndarray,
-                calls: np.ndarray) -> Collective:
-    """Cost `calls` calls of `op` on `group`, each moving `nbytes` (nccl-tests size convention)."""
-    g = placement.groups.get(group)
+                calls: np.ndarray, over: str = "") -> Collective:
+    """Cost `calls` calls of `op` for `group`'s purpose, run over the ranks of group `over` (default: `group`),
+    each moving `nbytes` (nccl-tests size convention)."""
+    g = placement.groups.get(over or group)
     nbytes = np.asarray(nbytes, dtype=float)
     if g is None or g.size <= 1:
         zero = np.zeros_like(nbytes)
-        return Collective(group, op, nbytes, zero, zero, zero, {}, "none")
+        return Collective(group, op, nbytes, zero, zero, zero, {}, "none", over)
     cost = collective_time(op, nbytes, g, spec.cluster)
     total = cost.time_s * calls
     by_fabric = {fab: t * calls for fab, t in cost.by_fabric.items()}
-    return Collective(group, op, nbytes, calls, total, total.copy(), by_fabric, cost.algorithm)
+    return Collective(group, op, nbytes, calls, total, total.copy(), by_fabric, cost.algorithm, over)
 
 
 def _tp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndarray, n: np.ndarray,
@@ -157,29 +159,54 @@ def _pp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndar
 
 def _dp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, params: np.ndarray, fwd: np.ndarray,
              bwd: np.ndarray, micro: np.ndarray) -> list[Collective]:
-    """Gradient reduction over the data-parallel group (Rajbhandari et al. 2020), hidden behind compute at
-    DP_OVERLAP_EFFICIENCY unless training.overlap_grad_reduce is off. ZeRO-0 all-reduces the gradients behind the
-    last micro-batch's backward pass; ZeRO-1/2 reduce-scatter them there and all-gather the updated 2-byte
-    weights behind the next step's first forward; ZeRO-3 gathers the weights for every micro-batch's forward and
-    backward and reduce-scatters its gradients, all three behind that micro-batch's compute. Traffic that shares
-    a compute window is hidden jointly: what exceeds the window is exposed."""
+    """Gradient reduction over the ranks that hold the same weights, DP x CP (Rajbhandari et al. 2020; Megatron
+    reduces over the data- and context-parallel ranks), hidden behind compute at DP_OVERLAP_EFFICIENCY unless
+    training.overlap_grad_reduce is off. ZeRO-0 all-reduces the gradients behind the last micro-batch's backward;
+    ZeRO-1/2 reduce-scatter them there and all-gather the updated 2-byte weights behind the next step's first
+    forward; ZeRO-3 gathers the weights for every micro-batch's forward and backward and reduce-scatters its
+    gradients, all behind that micro-batch's compute. Traffic sharing a compute window is hidden jointly."""
     grad = C.GRAD_BYTES[spec.training.precision] * params
     weights = C.WEIGHT_BYTES * params
     z = lay.zero
     per_micro = z == 3
     calls = np.where(per_micro, micro, 1.0)
-    ar = _collective(spec, placement, "dp", "all_reduce", grad, np.where(z == 0, 1.0, 0.0))
-    rs = _collective(spec, placement, "dp", "reduce_scatter", grad, np.where(z >= 1, calls, 0.0))
-    ag = _collective(spec, placement, "dp", "all_gather", weights, np.where(z >= 1, calls * np.where(per_micro, 2, 1), 0))
+    ar = _reduction(spec, placement, lay, "all_reduce", grad, np.where(z == 0, 1.0, 0.0))
+    rs = _reduction(spec, placement, lay, "reduce_scatter", grad, np.where(z >= 1, calls, 0.0))
+    ag = _reduction(spec, placement, lay, "all_gather", weights,
+                    np.where(z >= 1, calls * np.where(per_micro, 2, 1), 0))
+    t_ar, t_rs, t_ag = (sum(c.time_s for c in phase) for phase in (ar, rs, ag))
     overlap = C.DP_OVERLAP_EFFICIENCY if spec.training.overlap_grad_reduce else 0.0
-    # ZeRO 0-2: the reduction hides behind one backward, the gather behind one forward.
-    ar.exposed_s = np.maximum(0.0, ar.time_s - overlap * bwd)
-    rs.exposed_s = np.where(per_micro, 0.0, np.maximum(0.0, rs.time_s - overlap * bwd))
-    ag.exposed_s = np.where(per_micro, 0.0, np.maximum(0.0, ag.time_s - overlap * fwd))
-    # ZeRO-3: per micro-batch, gathers and reduction share that micro-batch's forward + backward.
-    joint = rs.time_s + ag.time_s
-    excess = np.maximum(0.0, joint - overlap * (fwd + bwd) * calls)
-    share = np.divide(rs.time_s, joint, out=np.zeros_like(joint), where=joint > 0)
-    rs.exposed_s = np.where(per_micro, excess * share, rs.exposed_s)
-    ag.exposed_s = np.where(per_micro, excess * (1.0 - share), ag.exposed_s)
-    return [ar, rs, ag]
+    # ZeRO 0-2: the reduction hides behind one backward, the gather behind one forward; ZeRO-3: per micro-batch,
+    # gathers and reduction share that micro-batch's forward + backward.
+    joint_excess = np.maximum(0.0, t_rs + t_ag - overlap * (fwd + bwd) * calls)
+    exposed = {"ar": np.maximum(0.0, t_ar - overlap * bwd),
+               "rs": np.where(per_micro, 0.0, np.maximum(0.0, t_rs - overlap * bwd)),
+               "ag": np.where(per_micro, 0.0, np.maximum(0.0, t_ag - overlap * fwd))}
+    exposed["rs"] = exposed["rs"] + np.where(per_micro, joint_excess * _share(t_rs, t_rs + t_ag), 0.0)
+    exposed["ag"] = exposed["ag"] + np.where(per_micro, joint_excess * _share(t_ag, t_rs + t_ag), 0.0)
+    for key, phase, total in (("ar", ar, t_ar), ("rs", rs, t_rs), ("ag", ag, t_ag)):
+        for c in phase:  # spread a phase's exposure over its stages in proportion to their time
+            c.exposed_s = exposed[key] * _share(c.time_s, total)
+    return ar + rs + ag
+
+
+def _share(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+    return np.divide(part, whole, out=np.zeros_like(np.asarray(whole, dtype=float)), where=whole > 0)
+
+
+def _reduction(spec: PlanSpec, placement: Placement, lay: Layouts, op: str, nbytes: np.ndarray,
+               calls: np.ndarray) -> list[Collective]:
+    """`op` over the DP x CP ranks. With CP > 1 it runs in two stages, over the CP group then the DP group (the
+    gather in reverse), which moves the same bytes per GPU as one ring over all DP x CP ranks: a reduce-scatter
+    S (cp-1)/cp + S/cp (dp-1)/dp = S (1 - 1/(dp cp)); an all-reduce is reduce-scatter (CP), all-reduce of S/cp
+    (DP), all-gather (CP)."""
+    cp = int(lay.cp[0]) if len(lay) else 1
+    if cp == 1:
+        return [_collective(spec, placement, "dp", op, nbytes, calls)]
+    over_cp = lambda o, b: _collective(spec, placement, "dp", o, b, calls, over="cp")  # noqa: E731
+    over_dp = lambda o, b: _collective(spec, placement, "dp", o, b, calls)  # noqa: E731
+    if op == "reduce_scatter":
+        return [over_cp("reduce_scatter", nbytes), over_dp("reduce_scatter", nbytes / cp)]
+    if op == "all_gather":
+        return [over_dp("all_gather", nbytes / cp), over_cp("all_gather", nbytes)]
+    return [over_cp("reduce_scatter", nbytes), over_dp("all_reduce", nbytes / cp), over_cp("all_gather", nbytes)]

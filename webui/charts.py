@@ -63,6 +63,8 @@ def comm_by_fabric(result: dict[str, Any]) -> Figure | None:
     names: list[str] = []
     for c in comm:
         name = f"{str(c.get('group', '?')).upper()} {str(c.get('collective', '')).replace('_', '-')}"
+        if c.get("over") and c.get("over") != c.get("group"):
+            name += f" (over {str(c['over']).upper()} ranks)"
         names.append(name if name not in names else f"{name} ({names.count(name) + 1})")
     by_fabric = [c.get("time_by_fabric_s") or {c.get("fabric", "unknown"): c.get("time_s", 0)} for c in comm]
     fabrics = list(dict.fromkeys(k for split in by_fabric for k in split))
