@@ -153,9 +153,9 @@ def enumerate_layouts(spec: PlanSpec, rejected: Rejections) -> Layouts:
             for cp in _pinned([c for c in CP_CHOICES if (n // tp // pp) % c == 0], lay_pin.cp):
                 dp = n // (tp * pp * cp)
                 why = cp_reason(spec, cp) or dp_reason(spec, dp)
-                if why is None and (n % (tp * pp * cp) or (lay_pin.dp is not None and lay_pin.dp != dp)):
-                    why = ("gpus_not_divisible", f"TP x PP x CP = {tp * pp * cp} leaves DP={dp}, not the pinned "
-                                                 f"{lay_pin.dp}" if lay_pin.dp else f"{tp * pp * cp} does not divide {n}")
+                if why is None and lay_pin.dp is not None and lay_pin.dp != dp:
+                    why = ("not_the_pinned_dp", f"TP x PP x CP = {tp * pp * cp} leaves DP={dp}, not the pinned "
+                                                f"{lay_pin.dp}")
                 if why:
                     rejected.add(*why)
                     continue
