@@ -2,8 +2,8 @@
 
 The Plan row is the source of truth, the broker only a doorbell:
 
-- `plan_dispatch` hands a queued plan's task to the broker and stamps `dispatched_at`. When the broker is down
-  the stamp stays empty: the plan is in the outbox, and its page says it is waiting.
+- `plan_send` hands a queued plan's task to the broker; the plan carries a `dispatched_at` stamp from then on.
+  When the broker is down the stamp is cleared: the plan is in the outbox, and its page says it is waiting.
 - `plan_claim` takes a queued plan with a conditional UPDATE (queued -> running, a fresh lease token, a lease
   that outlasts the task's hard time limit). A second delivery of the same message finds nothing to claim.
 - `plan_store` writes the outcome only while the plan is running under the caller's token, so a worker that
@@ -49,27 +49,32 @@ def plan_hard_limit(*, plan: Plan) -> float:
     return plan.time_limit_s + settings.PLAN_TIME_GRACE_S
 
 
-def plan_dispatch(*, plan_id: int) -> bool:
-    """Send a queued plan's task to the broker; True when the broker took it.
+def plan_dispatch(*, plan: Plan) -> bool:
+    """Send a queued plan's task that is due for sending (the sweep); True when the broker took it.
 
-    Stamps `dispatched_at` first with a conditional UPDATE, so that two sweeps racing over the outbox send it
-    once; a broker that refuses the message clears the stamp again and the plan stays in the outbox.
+    Stamps `dispatched_at` first with a conditional UPDATE against the stamp the caller read, so that two sweeps
+    racing over the outbox send it once.
     """
-    from .tasks import plan_run_task  # the task module imports the services, which import this one
-
-    plan = Plan.objects.filter(pk=plan_id, status=Plan.Status.QUEUED).only("dispatched_at", "time_limit_s").first()
-    if plan is None:
-        return False
     sent_at = timezone.now()
     if not Plan.objects.filter(pk=plan.pk, status=Plan.Status.QUEUED, dispatched_at=plan.dispatched_at).update(
             dispatched_at=sent_at):
-        return False  # someone else sent it a moment ago
+        return False  # someone else sent it a moment ago, or it is no longer queued
+    plan.dispatched_at = sent_at
+    return plan_send(plan=plan)
+
+
+def plan_send(*, plan: Plan) -> bool:
+    """Hand the task of a plan already stamped `dispatched_at` to the broker, with the plan's time limits.
+    A broker that refuses it (down, unreachable) is logged and the stamp cleared: the plan is in the outbox,
+    and its page says it is waiting. No exception escapes: the plan is saved either way."""
+    from .tasks import plan_run_task  # the task module imports the services, which import this one
+
     try:
         plan_run_task.apply_async((plan.pk,), soft_time_limit=plan.time_limit_s,
                                   time_limit=plan_hard_limit(plan=plan))
     except Exception as err:  # kombu's OperationalError, a socket error, a timeout: the broker is not there
         logger.warning("plan %s: the broker refused the task (%s); it stays in the outbox", plan.pk, err)
-        Plan.objects.filter(pk=plan.pk, dispatched_at=sent_at).update(dispatched_at=None)
+        Plan.objects.filter(pk=plan.pk, dispatched_at=plan.dispatched_at).update(dispatched_at=None)
         return False
     return True
 
@@ -132,11 +137,9 @@ def plans_recover(*, limit: int = 500) -> dict[str, int]:
         requeued = lapsed.update(status=Plan.Status.QUEUED, lease_token=None, lease_expires_at=None,
                                  dispatched_at=None)
     outbox = Plan.objects.filter(status=Plan.Status.QUEUED).filter(
-        Q(dispatched_at__isnull=True, created_at__lt=now - timedelta(seconds=settings.PLAN_OUTBOX_DELAY_S))
-        | Q(dispatched_at__isnull=True, attempts__gt=0)  # requeued from a lapsed lease: no need to wait
-        | Q(dispatched_at__lt=now - timedelta(seconds=settings.PLAN_RESEND_AFTER_S)))
-    due = list(outbox.order_by("created_at").values_list("pk", flat=True)[:limit])
-    sent = sum(plan_dispatch(plan_id=pk) for pk in due)
+        Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=now - timedelta(seconds=settings.PLAN_RESEND_AFTER_S)))
+    due = list(outbox.order_by("created_at").only("dispatched_at", "time_limit_s")[:limit])
+    sent = sum(plan_dispatch(plan=plan) for plan in due)
     counts = {"requeued": requeued, "failed": failed, "sent": sent, "unsent": len(due) - sent}
     if any(counts.values()):
         logger.info("plans_recover: %s", counts)

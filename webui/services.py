@@ -11,7 +11,7 @@ import logging
 import math
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, Mapping
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -121,9 +121,47 @@ def catalog_seed(*, directory: Path | None = None) -> dict[str, int]:
 # Plans
 
 
+class CatalogTable(Mapping[str, dict[str, Any]]):
+    """One catalog section read by name on demand: a spec names at most one row of each, so the JSON API looks
+    up those rows instead of loading the whole catalog for every request. Iterating lists the names (for an
+    "unknown catalog name" message)."""
+
+    def __init__(self, model: type[CatalogRow]) -> None:
+        self.model = model
+        self.rows: dict[str, dict[str, Any] | None] = {}
+
+    def get(self, name: Any, default: Any = None) -> Any:
+        if name not in self.rows:
+            row = self.model.objects.filter(name=name).first() if isinstance(name, str) else None
+            self.rows[name] = row.spec_fields() if row else None
+        found = self.rows[name]
+        return default if found is None else found
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        found = self.get(name)
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def __contains__(self, name: object) -> bool:
+        return self.get(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.model.objects.order_by("name").values_list("name", flat=True))
+
+    def __len__(self) -> int:
+        return self.model.objects.count()
+
+    def __bool__(self) -> bool:  # `table or {}` must not count the rows
+        return True
+
+
 def spec_parse(*, data: Any, catalog: Catalog | None = None) -> PlanSpec:
-    """Validate a spec document against the database catalog. Raises SpecError naming each bad field."""
-    spec = parse_spec(data, catalog if catalog is not None else catalog_as_dict())
+    """Validate a spec document against the database catalog (all of it when given, else the rows it names).
+    Raises SpecError naming each bad field."""
+    if catalog is None:
+        catalog = {section: CatalogTable(model) for section, model in CATALOG_MODELS.items()}
+    spec = parse_spec(data, catalog)
     # The engine takes any text for names; PostgreSQL's jsonb refuses NUL, and no name needs a control character.
     bad = [FieldError(path, "must not contain control characters")
            for path, value in _strings(spec.to_dict()) if any(ord(ch) < 32 or ord(ch) == 127 for ch in value)]
@@ -161,10 +199,12 @@ def plan_create(*, spec: PlanSpec, top: int = 10) -> Plan:
                                    result=original.result, reused_from=original, time_limit_s=original.time_limit_s,
                                    started_at=now, finished_at=now)
     with transaction.atomic():
-        plan = Plan.objects.create(spec=canonical, spec_hash=digest, top=top,
+        # Stamped as sent already, so the outbox sweep leaves it to this request; a broker that refuses the task
+        # clears the stamp (logged, not a 500) and the sweep sends it later. Should this process die in between,
+        # the sweep sends it again after PLAN_RESEND_AFTER_S.
+        plan = Plan.objects.create(spec=canonical, spec_hash=digest, top=top, dispatched_at=timezone.now(),
                                    time_limit_s=delivery.plan_time_limit(spec=spec))
-        # A broker that is down leaves the plan in the outbox (logged, not a 500): the workers' sweep sends it.
-        transaction.on_commit(partial(delivery.plan_dispatch, plan_id=plan.pk), robust=True)
+        transaction.on_commit(partial(delivery.plan_send, plan=plan), robust=True)
     return plan
 
 
@@ -250,6 +290,7 @@ def plan_as_dict(*, plan: Plan) -> dict[str, Any]:
         "code": str(plan.code),
         "url": plan.get_absolute_url(),
         "status": plan.status,
+        "attempts": plan.attempts,
         "created_at": plan.created_at.isoformat(),
         "started_at": plan.started_at.isoformat() if plan.started_at else None,
         "finished_at": plan.finished_at.isoformat() if plan.finished_at else None,

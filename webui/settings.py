@@ -214,7 +214,6 @@ PLAN_TIME_PER_LAYOUT_US = env_float("PLAN_TIME_PER_LAYOUT_US", 100)
 PLAN_TIME_GRACE_S = env_float("PLAN_TIME_GRACE_S", 10)  # soft -> hard limit -> end of the lease
 PLAN_MAX_ATTEMPTS = int(os.environ.get("PLAN_MAX_ATTEMPTS", "3"))  # searches interrupted (worker lost) before failing
 PLAN_RECOVER_EVERY_S = env_float("PLAN_RECOVER_EVERY_S", 10)  # each worker's outbox and lease sweep
-PLAN_OUTBOX_DELAY_S = env_float("PLAN_OUTBOX_DELAY_S", 5)  # unsent plans this old are sent by the sweep
 PLAN_RESEND_AFTER_S = env_float("PLAN_RESEND_AFTER_S", 120)  # sent, never started (broker lost it): send again
 PLAN_MEMORY_LIMIT_MB = int(os.environ.get("PLAN_MEMORY_LIMIT_MB", "4096"))  # address space of a search process
 # Defaults for a task sent without its own limits (by hand, say); plans always carry their own.

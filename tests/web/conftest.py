@@ -43,7 +43,7 @@ def seeded(db) -> dict[str, int]:
 
 
 # The sweep that sends the outbox and requeues lapsed leases runs every second in the tests' processes.
-FAST_RECOVERY = {"PLAN_RECOVER_EVERY_S": "1", "PLAN_OUTBOX_DELAY_S": "1"}
+FAST_RECOVERY = {"PLAN_RECOVER_EVERY_S": "1"}
 
 
 def require(available: bool, reason: str) -> None:

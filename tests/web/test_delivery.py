@@ -44,7 +44,7 @@ def broker_down(monkeypatch) -> None:
 
 @pytest.fixture
 def queued(seeded, small_spec, django_capture_on_commit_callbacks) -> Plan:
-    """A plan saved and committed, its task not yet sent."""
+    """A plan saved and stamped as sent, its task not actually sent (no worker takes it here)."""
     with django_capture_on_commit_callbacks(execute=False):
         return services.plan_create(spec=services.spec_parse(data=small_spec))
 
@@ -180,7 +180,6 @@ def test_the_outbox_sends_plans_the_broker_refused_once_it_is_back(seeded, small
         plan = services.plan_create(spec=services.spec_parse(data=small_spec))
     plan.refresh_from_db()
     assert plan.status == "queued" and plan.is_waiting_for_broker  # saved, not lost, and says so
-    Plan.objects.filter(pk=plan.pk).update(created_at=ago(60))
     assert delivery.plans_recover() == {"requeued": 0, "failed": 0, "sent": 0, "unsent": 1}
     monkeypatch.undo()
     calls: list[int] = []
@@ -191,12 +190,6 @@ def test_the_outbox_sends_plans_the_broker_refused_once_it_is_back(seeded, small
     assert not plan.is_waiting_for_broker
 
 
-def test_the_outbox_leaves_a_plan_being_sent_right_now_alone(queued, sent):
-    assert delivery.plans_recover()["sent"] == 0  # younger than PLAN_OUTBOX_DELAY_S: its request is sending it
-    Plan.objects.filter(pk=queued.pk).update(created_at=ago(6))
-    assert delivery.plans_recover()["sent"] == 1
-
-
 def test_a_plan_sent_long_ago_and_never_started_is_sent_again(queued, sent, settings):
     Plan.objects.filter(pk=queued.pk).update(dispatched_at=ago(settings.PLAN_RESEND_AFTER_S - 5))
     assert delivery.plans_recover()["sent"] == 0  # maybe just a long queue
@@ -205,16 +198,16 @@ def test_a_plan_sent_long_ago_and_never_started_is_sent_again(queued, sent, sett
 
 
 def test_two_sweeps_at_once_send_a_plan_once(queued, sent):
-    Plan.objects.filter(pk=queued.pk).update(created_at=ago(60))
+    Plan.objects.filter(pk=queued.pk).update(dispatched_at=None)  # the broker refused it
     stale = Plan.objects.get(pk=queued.pk).dispatched_at
-    assert delivery.plan_dispatch(plan_id=queued.pk) is True
+    assert delivery.plan_dispatch(plan=Plan.objects.get(pk=queued.pk)) is True
     # The other sweep read the plan before the stamp: its conditional UPDATE finds nothing to take.
     assert Plan.objects.filter(pk=queued.pk, dispatched_at=stale).update(dispatched_at=timezone.now()) == 0
     assert len(sent) == 1
 
 
 def test_the_recovery_command_prints_what_it_did(queued, sent, capsys):
-    Plan.objects.filter(pk=queued.pk).update(created_at=ago(60))
+    Plan.objects.filter(pk=queued.pk).update(dispatched_at=None)
     call_command("plans_recover")
     assert capsys.readouterr().out.strip() == "requeued 0, failed 0, sent 1, unsent 0"
 

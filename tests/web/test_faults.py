@@ -29,7 +29,7 @@ BIG_SPEC["training"]["global_batch"] = 16_777_216
 # bound) give a soft limit of 4 s + 10 us each = 5.9 s, a hard one of 6.9 s, a lease of 7.9 s. Redis hands an
 # unacknowledged message out again after 3 s, well before the lease lapses: that delivery must do nothing.
 FAULT_ENV = {"PLAN_TIME_BASE_S": "4", "PLAN_TIME_PER_LAYOUT_US": "10", "PLAN_TIME_GRACE_S": "1",
-             "PLAN_RECOVER_EVERY_S": "0.5", "PLAN_OUTBOX_DELAY_S": "0.5", "PLAN_RESEND_AFTER_S": "3",
+             "PLAN_RECOVER_EVERY_S": "0.5", "PLAN_RESEND_AFTER_S": "3",
              "REDIS_VISIBILITY_TIMEOUT_S": "3", "REDIS_RESTORE_EVERY_S": "1"}
 
 
