@@ -27,9 +27,11 @@ static: venv
 
 setup: migrate static
 
-# The web server (gunicorn + WhiteNoise) and one Celery worker; Ctrl-C stops both.
+# The web server (gunicorn + WhiteNoise, content-hashed static files) and one Celery worker, which also sends
+# plans the broker missed and recovers searches whose worker died (webui/celery.py). Searches run at a lower
+# CPU priority than page requests, so the pages stay quick while a search runs. Ctrl-C stops both.
 run: setup
-	@$(VENV)/bin/celery -A webui worker --concurrency 1 --loglevel info \
+	@nice -n 10 $(VENV)/bin/celery -A webui worker --concurrency 1 --loglevel info \
 		--without-mingle --without-gossip --without-heartbeat > var/worker.log 2>&1 & \
 	worker=$$!; trap 'kill $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
 	echo ""; echo "  The placement planner is running at http://$(HOST):$(PORT)/"; \
@@ -40,4 +42,4 @@ test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:
-	rm -rf var/static var/broker var/test-broker var/*.sqlite3*
+	rm -rf var/static var/test-static var/broker var/test-broker var/*.sqlite3*
