@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import os
+import subprocess
+import sys
 import time
 from typing import Any, Iterator
 
@@ -20,7 +22,7 @@ from webui import celery_app, services
 
 from .procs import ROOT, WebServer, WorkerProcess, database_url
 
-__all__ = ["ROOT", "SMALL_SPEC", "require", "wait_for_status"]
+__all__ = ["ROOT", "SMALL_SPEC", "fresh_python", "require", "settings_in", "wait_for_status"]
 
 # Llama 3 8B on 64 H100s, hardware by catalog name: small enough that the search takes a moment.
 SMALL_SPEC: dict[str, Any] = {
@@ -44,6 +46,24 @@ def seeded(db) -> dict[str, int]:
 
 # The sweep that sends the outbox and requeues lapsed leases runs every second in the tests' processes.
 FAST_RECOVERY = {"PLAN_RECOVER_EVERY_S": "1"}
+
+
+# What the settings read from the environment and a test's subprocess must not inherit from the caller's shell.
+SETTINGS_ENV = ("DATABASE_URL", "CELERY_BROKER_URL", "DEBUG", "HTTPS", "SECRET_KEY", "ALLOWED_HOSTS",
+                "CSRF_TRUSTED_ORIGINS", "SECURE_SSL_REDIRECT")
+
+
+def fresh_python(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run Python in the repository root with `env` over a clean environment (settings are read at import)."""
+    clean = {k: v for k, v in os.environ.items() if k not in SETTINGS_ENV}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True)
+
+
+def settings_in(env: dict[str, str], expression: str) -> str:
+    """Evaluate an expression on webui.settings in a fresh interpreter with `env`."""
+    out = fresh_python(["-c", f"import webui.settings as s; print(repr(({expression})))"], env)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
 
 
 def require(available: bool, reason: str) -> None:

@@ -4,10 +4,7 @@ paths with real processes, a SIGKILLed worker and a restarted Redis are in test_
 from __future__ import annotations
 
 import copy
-import os
 import resource
-import subprocess
-import sys
 from datetime import timedelta
 
 import pytest
@@ -21,7 +18,7 @@ from webui import delivery, services
 from webui.models import Plan
 from webui.tasks import plan_run_task
 
-from .conftest import ROOT
+from .conftest import fresh_python
 
 pytestmark = pytest.mark.django_db
 
@@ -100,9 +97,8 @@ def test_a_search_out_of_memory_fails_with_the_cap_named(queued, monkeypatch, se
 def test_each_search_process_caps_its_address_space():
     code = ("import django, resource; django.setup(); from webui.celery import limit_search_memory; "
             "limit_search_memory(); print(resource.getrlimit(resource.RLIMIT_AS)[0])")
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "webui.settings", "PLAN_MEMORY_LIMIT_MB": "1536"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
-    assert int(out.stdout) == 1536 * 2**20
+    out = fresh_python(["-c", code], {"DJANGO_SETTINGS_MODULE": "webui.settings", "PLAN_MEMORY_LIMIT_MB": "1536"})
+    assert int(out.stdout) == 1536 * 2**20, out.stderr
     assert resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY  # only in that process
 
 

@@ -2,12 +2,9 @@
 the admin behind a login, bounded request bodies, unguessable plan URLs, user text always escaped."""
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import stat
-import subprocess
-import sys
 import uuid
 
 import pytest
@@ -16,7 +13,7 @@ from django.test import Client
 from webui import services
 from webui.models import Plan
 
-from .conftest import ROOT
+from .conftest import ROOT, fresh_python, settings_in
 from .test_forms import post_data
 
 pytestmark = pytest.mark.django_db
@@ -25,29 +22,16 @@ PRODUCTION = {"HTTPS": "1", "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HO
               "CSRF_TRUSTED_ORIGINS": "https://planner.example.com"}
 
 
-def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items()
-             if k not in ("DEBUG", "HTTPS", "SECRET_KEY", "ALLOWED_HOSTS", "SECURE_SSL_REDIRECT")}
-    return subprocess.run(args, cwd=ROOT, env={**clean, **env}, capture_output=True, text=True)
-
-
 def test_check_deploy_is_clean_with_production_settings():
-    out = run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], PRODUCTION)
+    out = fresh_python(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], PRODUCTION)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "System check identified no issues" in out.stdout
 
 
 def test_a_laptop_run_is_plain_http_and_check_deploy_says_what_tls_would_add():
-    out = run([sys.executable, "manage.py", "check", "--deploy"], {})
+    out = fresh_python(["manage.py", "check", "--deploy"], {})
     warnings = sorted(set(re.findall(r"security\.W\d+", out.stdout + out.stderr)))
     assert warnings == ["security.W004", "security.W008", "security.W012", "security.W016"], out.stderr
-
-
-def settings_in(env: dict[str, str], expression: str) -> str:
-    code = f"import webui.settings as s; print(repr(({expression})))"
-    out = run([sys.executable, "-c", code], env)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
 
 
 def test_https_turns_on_redirects_secure_cookies_and_hsts():

@@ -3,16 +3,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 
 from webui import services
 from webui.models import Plan
 
-from .conftest import ROOT
+from .conftest import settings_in
 
 pytestmark = pytest.mark.django_db
 
@@ -73,15 +70,6 @@ def test_answers_are_stored_as_plain_json():
         "a": None, "b": [1, None], "3": [True, None]}
     with pytest.raises(TypeError):
         services._json_native({"a": object()})
-
-
-def settings_in(env: dict[str, str], expression: str) -> str:
-    """Evaluate an expression on webui.settings in a fresh interpreter with `env`."""
-    code = f"import webui.settings as s; print(repr(({expression})))"
-    clean = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "DEBUG")}
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**clean, **env}, capture_output=True,
-                         text=True, check=True)
-    return out.stdout.strip()
 
 
 def test_settings_default_to_sqlite_and_the_filesystem_broker_without_debug():

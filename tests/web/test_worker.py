@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.utils import timezone
 
 from webui import services
 from webui.models import Plan
@@ -25,7 +26,7 @@ def test_a_real_worker_takes_a_plan_from_queued_to_done(worker, seeded, small_sp
 
 
 def test_a_real_worker_records_a_failure_with_its_message(worker, db):
-    plan = Plan.objects.create(spec={"model": {}}, spec_hash="x")
+    plan = Plan.objects.create(spec={"model": {}}, spec_hash="x", dispatched_at=timezone.now())  # sent below
     from webui.tasks import plan_run_task
 
     plan_run_task.delay(plan.pk)
