@@ -131,7 +131,7 @@ class ModelPresetAdmin(CatalogAdmin):
 class PlanAdmin(admin.ModelAdmin):
     """Plans are records: readable, deletable, never edited (a finished plan never changes)."""
 
-    list_display = ("code", "title", "status", "created_at", "run_time")
+    list_display = ("code", "title", "status", "attempts", "reused_from", "created_at", "run_time")
     list_filter = ("status",)
     search_fields = ("code", "spec_hash")
     readonly_fields = [f.name for f in Plan._meta.fields]
