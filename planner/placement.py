@@ -274,7 +274,7 @@ def _route(cluster: ClusterSpec, a: int, b: int) -> tuple[tuple[str, ...], int]:
         window = [a // g, b // g]
     graph = build_graph(cluster, window)
     path = nx.shortest_path(graph, f"gpu:{a}", f"gpu:{b}", weight="cost")
-    edge_levels = {graph.edges[u, v]["level"] for u, v in zip(path, path[1:])} - {"pcie"}
+    edge_levels = {graph.edges[u, v]["level"] for u, v in zip(path, path[1:], strict=False)} - {"pcie"}
     switches = sum(1 for v in path if graph.nodes[v]["kind"] in SCALE_OUT_SWITCH_KINDS)
     return tuple(x for x in LINK_ORDER if x in edge_levels), max(1, switches)
 

@@ -12,7 +12,7 @@ from .compute import Shard, layer_times
 from .memory import GIB, Layouts, memory_per_gpu
 from .model import ParamCount, hardware_flops_per_step, model_flops_per_step
 from .placement import placement_map
-from .search import Evaluation, Rejections, label, search
+from .search import Evaluation, label, search
 from .spec import RANK_ORDERS, RECOMPUTE, PlanSpec
 from .steptime import step_times
 

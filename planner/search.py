@@ -21,7 +21,7 @@ from .memory import GIB, RECOMPUTE_CODES, Layouts, memory_per_gpu
 from .model import ParamCount, param_count
 from .placement import Placement, PlacementRejected, place
 from .spec import RANK_ORDERS, RECOMPUTE, PlanSpec
-from .steptime import StepTimes, step_times
+from .steptime import step_times
 
 MAX_MICRO_BATCH = 64     # larger micro-batches never help at these model sizes and only grow the search
 MAX_VPP = 16

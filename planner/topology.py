@@ -153,7 +153,7 @@ def torus_coords(node: int, dims: tuple[int, int, int]) -> tuple[int, int, int]:
 def torus_offsets(a: int, b: int, dims: tuple[int, int, int]) -> tuple[int, int, int]:
     """Signed shortest offset from node a to node b in each dimension (wrap-around links)."""
     out = []
-    for ca, cb, n in zip(torus_coords(a, dims), torus_coords(b, dims), dims):
+    for ca, cb, n in zip(torus_coords(a, dims), torus_coords(b, dims), dims, strict=True):
         d = (cb - ca) % n
         out.append(d - n if d > n // 2 else d)
     return tuple(out)
