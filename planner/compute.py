@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import constants as C
-from .model import is_gpt_style, kv_dim
+from .model import is_gpt_style, kv_dim, mlp_width_per_token
 from .spec import GPUSpec, ModelSpec, TrainingSpec
 
 TILES = ((128, 128), (128, 256), (256, 128))  # output tiles cuBLAS chooses among (CUTLASS defaults)
@@ -175,7 +175,7 @@ def elementwise_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> np.
     gpt = is_gpt_style(m)
     h_elems = (2 + 2 + 2 * (3.5 if gpt else 3.0)) * h
     h_elems = np.where(shard.sp, h_elems / tp, h_elems)
-    f = m.ffn_hidden if not m.is_moe else _avg_mlp_width(m)
+    f = mlp_width_per_token(m)
     split_elems = (2.0 if gpt else 3.0) * f / tp
     if not gpt:
         split_elems = split_elems + 2.0 * (h + kv_dim(m)) / tp           # rotary on Q and K
@@ -187,12 +187,6 @@ def elementwise_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> np.
         # projection and down inputs h/tp and f/tp wide).
         total = total + 3.0 * (2 * h + h / tp + f / tp)
     return total
-
-
-def _avg_mlp_width(m: ModelSpec) -> float:
-    """Per-token MLP width averaged over dense and MoE layers (active experts only), for memory traffic."""
-    moe = (m.top_k + m.shared_experts) * m.expert_ffn_hidden
-    return ((m.layers - m.moe_layers) * m.ffn_hidden + m.moe_layers * moe) / m.layers
 
 
 def optimizer_time(params_on_gpu: np.ndarray, gpu: GPUSpec) -> np.ndarray:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import constants as C
-from .model import ParamCount, is_gpt_style, kv_dim
+from .model import ParamCount, is_gpt_style, kv_dim, mlp_width_per_token
 from .spec import ModelSpec, TrainingSpec
 
 GIB = 1024.0 ** 3
@@ -77,7 +77,8 @@ def params_on_gpu(m: ModelSpec, pc: ParamCount, lay: Layouts) -> ParamsOnGPU:
     return ParamsOnGPU(dense=dense, expert=n * per_layer_expert / lay.ep)
 
 
-def activation_bytes_per_token(m: ModelSpec, training: TrainingSpec, lay: Layouts) -> np.ndarray:
+def activation_bytes_per_token(m: ModelSpec, training: TrainingSpec, lay: Layouts
+                               ) -> tuple[np.ndarray, np.ndarray]:
     """Bytes one layer keeps per token of a micro-batch for its backward pass (Korthikanti et al. 2022, eq. 1-5).
 
     GPT-3 (MHA, 4h GeLU MLP, dropout), TP t, no recomputation: s b h (10 + 24/t + 5 a s / (h t)). The 10 are the
@@ -85,12 +86,13 @@ def activation_bytes_per_token(m: ModelSpec, training: TrainingSpec, lay: Layout
     parallelism divides them by t; the 24 are Q, K, V, the projection input and the MLP's 4h-wide tensors; the
     5 a s / h are the s x s softmax output, dropout mask and output, which selective recomputation and
     flash attention never store. Full recomputation keeps only each layer's 2-byte input.
+    Returns (bytes stored under the candidate's recomputation, bytes of a fully materialised layer).
     """
     h, tp = m.hidden, lay.tp
     dropout = is_gpt_style(m)
     replicated = (8.0 + (2.0 if dropout else 0.0)) * h
     replicated = np.where(lay.sp, replicated / tp, replicated)
-    mlp_inner = (4.0 if not m.gated_mlp else 6.0) * _mlp_width(m)
+    mlp_inner = (4.0 if not m.gated_mlp else 6.0) * mlp_width_per_token(m)
     split = (2.0 * h + 4.0 * kv_dim(m) + 2.0 * h + mlp_inner) / tp
     squares = np.zeros(len(lay)) if training.attention == "flash" else \
         (5.0 if dropout else 2.0) * m.heads * m.seq_len / tp
@@ -98,14 +100,6 @@ def activation_bytes_per_token(m: ModelSpec, training: TrainingSpec, lay: Layout
     full = np.where(lay.sp, 2.0 * h / tp, 2.0 * h)
     per_token = replicated + split + squares
     return np.where(lay.recompute == RECOMPUTE_CODES["full"], full, per_token), per_token
-
-
-def _mlp_width(m: ModelSpec) -> float:
-    """MLP width per token averaged over layers; MoE layers count the top-k and shared experts a token visits."""
-    if not m.is_moe:
-        return float(m.ffn_hidden)
-    moe = (m.top_k + m.shared_experts) * m.expert_ffn_hidden
-    return ((m.layers - m.moe_layers) * m.ffn_hidden + m.moe_layers * moe) / m.layers
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,15 @@ def mlp_matrices(m: ModelSpec) -> int:
     return 3 if m.gated_mlp else 2
 
 
+def mlp_width_per_token(m: ModelSpec) -> float:
+    """MLP width one token passes through, averaged over layers: ffn_hidden in dense layers, the top-k routed
+    plus shared experts' widths in MoE layers. Sizes the per-token activation and element-wise traffic."""
+    if not m.is_moe:
+        return float(m.ffn_hidden)
+    moe = (m.top_k + m.shared_experts) * m.expert_ffn_hidden
+    return ((m.layers - m.moe_layers) * m.ffn_hidden + m.moe_layers * moe) / m.layers
+
+
 @dataclass(frozen=True)
 class ParamCount:
     """Parameters by where they live; `active` counts what one token touches (top-k experts only)."""

@@ -138,17 +138,17 @@ def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vp
     return None
 
 
-def enumerate_layouts(spec: PlanSpec, rejected: Rejections) -> Layouts:
-    """Every layout the pins allow, minus the structurally infeasible ones (counted in `rejected`)."""
+def structures(spec: PlanSpec):
+    """Every (tp, pp, cp, dp) the pins allow, with the reason it is infeasible (None when it is not): the
+    structural walk that both the search and its estimate make."""
     n, lay_pin = spec.cluster.num_gpus, spec.layout
-    rows: list[tuple] = []
     for tp in tp_options(spec):
         if (why := tp_reason(spec, tp)) or n % tp:
-            rejected.add(*(why or ("gpus_not_divisible", f"TP={tp} does not divide {n} GPUs")))
+            yield tp, 0, 0, 0, why or ("gpus_not_divisible", f"TP={tp} does not divide {n} GPUs")
             continue
         for pp in _pinned([d for d in divisors(n // tp) if d <= spec.model.layers], lay_pin.pp):
             if (why := pp_reason(spec, pp)) or (n // tp) % pp:
-                rejected.add(*(why or ("gpus_not_divisible", f"TP x PP = {tp * pp} does not divide {n} GPUs")))
+                yield tp, pp, 0, 0, why or ("gpus_not_divisible", f"TP x PP = {tp * pp} does not divide {n} GPUs")
                 continue
             for cp in _pinned([c for c in CP_CHOICES if (n // tp // pp) % c == 0], lay_pin.cp):
                 dp = n // (tp * pp * cp)
@@ -156,12 +156,17 @@ def enumerate_layouts(spec: PlanSpec, rejected: Rejections) -> Layouts:
                 if why is None and lay_pin.dp is not None and lay_pin.dp != dp:
                     why = ("not_the_pinned_dp", f"TP x PP x CP = {tp * pp * cp} leaves DP={dp}, not the pinned "
                                                 f"{lay_pin.dp}")
-                if why:
-                    rejected.add(*why)
-                    continue
-                rows.extend(_inner(spec, tp, pp, cp, dp, rejected))
-    if not rows:
-        return _layouts([])
+                yield tp, pp, cp, dp, why
+
+
+def enumerate_layouts(spec: PlanSpec, rejected: Rejections) -> Layouts:
+    """Every layout the pins allow, minus the structurally infeasible ones (counted in `rejected`)."""
+    rows: list[tuple] = []
+    for tp, pp, cp, dp, why in structures(spec):
+        if why:
+            rejected.add(*why)
+        else:
+            rows.extend(_inner(spec, tp, pp, cp, dp, rejected))
     return _layouts(rows)
 
 
@@ -266,14 +271,12 @@ def search(spec: PlanSpec) -> tuple[Evaluation, Rejections, int, ParamCount]:
 def estimate_layouts(spec: PlanSpec) -> int:
     """An upper bound on the layouts `search` will consider, counted from the axis options without costing
     any: what a caller sizes time limits from. Cheap (divisor counts only)."""
-    n = spec.cluster.num_gpus
     total = 0
-    for tp in tp_options(spec):
-        for pp in _pinned([d for d in divisors(n // tp) if d <= spec.model.layers] if n % tp == 0 else [1],
-                          spec.layout.pp):
-            for cp in _pinned([c for c in CP_CHOICES if (n // tp // pp) % c == 0], spec.layout.cp):
-                dp = max(1, n // (tp * pp * cp))
-                inner = (len(ep_options(spec, dp)) * len(micro_batch_options(spec, dp))
-                         * len(vpp_options(spec, pp)) * len(RECOMPUTE) * 2 * 4 * 2)
-                total += min(inner, MAX_CANDIDATES)
+    for _, pp, _, dp, why in structures(spec):
+        if why:
+            total += 1
+            continue
+        inner = (len(ep_options(spec, dp)) * len(micro_batch_options(spec, dp))
+                 * len(vpp_options(spec, pp)) * len(RECOMPUTE) * 2 * 4 * 2)
+        total += min(inner, MAX_CANDIDATES)
     return max(1, total)

@@ -11,7 +11,7 @@ their size, and the bounds keep even that small.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from .errors import FieldError, SpecError
@@ -508,12 +508,3 @@ def _check_layout(lay: dict[str, Any], num_gpus: int, m: dict[str, Any], t: dict
         errs.add("layout.ep", f"must be at most model.experts ({m['experts']})")
     if lay["pp"] is not None and lay["pp"] > m["layers"]:
         errs.add("layout.pp", f"must be at most model.layers ({m['layers']})")
-
-
-def spec_fields() -> dict[str, tuple[Field, ...]]:
-    """Field tables by section, for forms and documentation."""
-    return dict(SECTIONS)
-
-
-def dataclass_field_names(cls: type) -> list[str]:
-    return [f.name for f in fields(cls)]
