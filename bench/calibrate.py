@@ -19,7 +19,7 @@ from planner import constants as C  # noqa: E402
 from planner.catalog import load_catalog  # noqa: E402
 from planner.published import compare, error_table, load_overlays, load_rows  # noqa: E402
 
-RUNS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "published_runs.json"
+RUNS = Path(__file__).resolve().parents[1] / "planner" / "data" / "published_runs.json"
 OVERLAYS = Path(__file__).resolve().parents[1] / "tests" / "engine" / "data" / "published_run_configs.json"
 FITTED = {  # name: candidate values within the physical range stated in constants.py
     "GEMM_EFFICIENCY": [0.66, 0.68, 0.70, 0.72, 0.74, 0.76, 0.78, 0.80, 0.82, 0.84],

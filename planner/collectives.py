@@ -1,6 +1,6 @@
 """Time of one collective on one parallel group: latency + bytes / bandwidth, the way NCCL models it.
 
-NCCL (src/graph/tuning.cc, `../shared/reference/nccl-cost-model.md`) costs each (algorithm, protocol) as
+NCCL (src/graph/tuning.cc, `docs/reference/nccl-cost-model.md`) costs each (algorithm, protocol) as
 `latency + bytes / bandwidth` and runs the cheapest; we do the same over ring, tree, NVLS and NVLS-tree with the
 LL, LL128 and Simple protocols, using NCCL's default latencies. Bandwidths are not line rates: they are the
 achievable nccl-tests bus bandwidths, i.e. the line rate of the group's bottleneck (from placement.py: NVLink

@@ -1,7 +1,7 @@
 """The few physical constants of the compute and memory model, with where each comes from.
 
 They are efficiencies and byte counts, never per-case corrections: one set serves every GPU, model and layout.
-The ones marked FITTED were fitted once on `../shared/reference/published_runs.json` (22 runs, A100 and V100)
+The ones marked FITTED were fitted once on `planner/data/published_runs.json` (22 runs, A100 and V100)
 by `bench/calibrate.py`, which prints the fit; every other value comes from a cited measurement. Communication
 efficiencies live in `collectives.py` beside the collective model that uses them.
 """

@@ -1,4 +1,4 @@
-"""Check the engine against published training runs (`../shared/reference/published_runs.json` format).
+"""Check the engine against published training runs (`planner/data/published_runs.json` format).
 
 Each row becomes a plan spec with the published layout pinned (TP, PP, DP and whatever else the row states);
 the engine searches only what the row leaves open (e.g. micro-batch size, interleaving), and the predicted

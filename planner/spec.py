@@ -1,6 +1,6 @@
 """The plan spec: parse and validate one planning request into frozen dataclasses.
 
-The format is `../shared/spec/PLAN_SPEC.md`; the CLI, the JSON API and the browser form all call `parse_spec`,
+The format is `docs/plan-spec.md`; the CLI, the JSON API and the browser form all call `parse_spec`,
 so every tool reports the same field-named messages (`model.heads: must divide model.hidden (12288)`).
 
 Field metadata (type, bounds, unit, help) lives in one table per section (`SECTIONS`), which the web form

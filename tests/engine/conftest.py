@@ -9,8 +9,9 @@ import pytest
 
 from planner.catalog import load_catalog
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
-EXAMPLES = SHARED / "spec" / "examples"
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"            # copies of the spec's examples (examples/README.md)
+DATA = ROOT / "planner" / "data"        # reference data with its provenance (planner/data/README.md)
 
 GPT3_1024 = {
     "model": {"name": "GPT-3 175B", "layers": 96, "hidden": 12288, "heads": 96, "vocab": 51200, "seq_len": 2048},

@@ -67,7 +67,7 @@ def test_the_engine_imports_without_django():
 
 
 def test_validate_prints_the_error_table():
-    out = run("validate", str(ROOT.parent / "shared" / "reference" / "published_runs.json"),
+    out = run("validate", str(ROOT / "planner" / "data" / "published_runs.json"),
               "--configs", str(ROOT / "tests" / "engine" / "data" / "published_run_configs.json"))
     assert out.returncode == 0, out.stderr
     assert "sc21_t1_1008.0B" in out.stdout and "median |error|" in out.stdout

@@ -1,4 +1,4 @@
-"""Collective times against nccl-tests measurements (../shared/reference/collectives.json) and sanity bounds.
+"""Collective times against nccl-tests measurements (planner/data/collectives.json) and sanity bounds.
 
 Predicted bus bandwidths are at 16 GiB unless stated (the plateau the measurements report), with the tolerance
 stated per test. Measurements: GTC24 S62129 / GTC25 S72583 slides, stas00/ml-engineering, li-plus/playground.

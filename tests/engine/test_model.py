@@ -9,7 +9,7 @@ import pytest
 from planner import parse_spec
 from planner.model import flops_per_token, hardware_flops_per_step, model_flops_per_step, param_count, param_tensors
 
-from .conftest import SHARED
+from .conftest import DATA
 
 
 def model_spec(catalog, preset: str | None = None, **fields):
@@ -57,7 +57,7 @@ def test_gpt_closed_form_is_megatron_eq2(catalog):
 
 
 def test_hardware_flops_match_eq3_for_every_sc21_row(catalog):
-    runs = json.loads((SHARED / "reference" / "published_runs.json").read_text())["cases"]
+    runs = json.loads((DATA / "published_runs.json").read_text())["cases"]
     for run in (r for r in runs if r["group"].startswith("A_sc21")):
         m = model_spec(catalog, None, name=run["model"], layers=run["layers"], hidden=run["hidden"],
                        heads=run["heads"], vocab=run["vocab"], seq_len=run["seq_len"], tied_embeddings=True)

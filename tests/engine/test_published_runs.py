@@ -9,9 +9,9 @@ import pytest
 
 from planner.published import compare, error_table, load_overlays, load_rows
 
-from .conftest import SHARED
+from .conftest import DATA
 
-RUNS = SHARED / "reference" / "published_runs.json"
+RUNS = DATA / "published_runs.json"
 OVERLAYS = Path(__file__).parent / "data" / "published_run_configs.json"
 
 
