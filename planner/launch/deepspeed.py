@@ -1,0 +1,44 @@
+"""A DeepSpeed config for one plan that uses ZeRO; keys from deepspeed_keys.txt. DeepSpeed reads its config with
+hjson (deepspeed/runtime/config.py), so the comment lines are part of a valid file."""
+from __future__ import annotations
+
+import json
+
+from .common import Emitter, Job, heading
+
+
+def deepspeed(job: Job) -> tuple[str, Emitter]:
+    em = Emitter.of("deepspeed")
+    head = [f"// {x}" for x in heading(job, "DeepSpeed config", em.lists[0]) if x]
+    if job.zero == 0:
+        em.note("the plan uses no ZeRO (plain data parallelism), so it needs no DeepSpeed config")
+        return "\n".join(head + [f"// {n}" for n in em.notes]) + "\n", em
+    config: dict[str, object] = {}
+
+    def key(path: str, value: object) -> None:
+        if em.ok(path):
+            section, _, name = path.rpartition(".")
+            (config.setdefault(section, {}) if section else config)[name or section] = value
+
+    # DeepSpeed checks train_batch_size = micro-batch x accumulation steps x data-parallel ranks.
+    key("train_batch_size", job.global_batch)
+    key("train_micro_batch_size_per_gpu", job.micro_batch)
+    key("gradient_accumulation_steps", job.micro_batches)
+    precision = job.spec.training.precision
+    key("fp16.enabled" if precision == "fp16" else "bf16.enabled", True)
+    key("zero_optimization.stage", job.zero)
+    key("zero_optimization.overlap_comm", bool(job.spec.training.overlap_grad_reduce))
+    key("zero_optimization.contiguous_gradients", True)
+    if job.zero >= 2:
+        key("zero_optimization.reduce_scatter", True)
+    degrees = ", ".join(f"{k.upper()} {v}" for k, v in (("tp", job.tp), ("pp", job.pp), ("cp", job.cp),
+                                                         ("ep", job.ep)) if v > 1)
+    if degrees:
+        em.note(f"{degrees}: set in the model code (Megatron-DeepSpeed flags, PipelineModule(num_stages="
+                f"{job.pp})), not in this file; DeepSpeed's data-parallel size is then {job.dp}")
+    if job.recompute != "none":
+        em.note(f"{job.recompute} recompute: done by the model code (deepspeed.checkpointing around each layer)")
+    if precision == "fp8":
+        em.note("fp8: Transformer Engine layers in the model code; this file covers the bf16 rest")
+    body = json.dumps(config, indent=2)
+    return "\n".join(head + [f"// not expressed: {n}" for n in em.notes] + [body]) + "\n", em

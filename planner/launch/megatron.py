@@ -1,0 +1,120 @@
+"""Megatron-LM arguments (pretrain_gpt.py) for one plan, as a bash array; names from megatron_args.txt."""
+from __future__ import annotations
+
+from .common import Emitter, Job, heading
+
+# Megatron's rank orders (megatron/training/initialize.py): tp-cp-ep-dp-pp by default, tp-cp-ep-pp-dp with
+# --use-tp-pp-dp-mapping. EP is the innermost part of DP in both, as in the planner's "tp-cp-dp-pp".
+PP_INSIDE_DP_FLAG = "--use-tp-pp-dp-mapping"
+# Megatron-FSDP sharding strategies (--data-parallel-sharding-strategy choices) for ZeRO-2 and ZeRO-3.
+FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+
+
+def megatron(job: Job) -> tuple[str, Emitter]:
+    em = Emitter.of("megatron")
+    args: list[tuple[str, object]] = []
+
+    def arg(name: str, value: object = None) -> None:
+        if em.ok(name):
+            args.append((name, value))
+
+    _model(job, arg, em)
+    _parallel(job, arg, em)
+    _batch_and_memory(job, arg, em)
+    _precision(job, arg, em)
+    lines = [f"# {x}" for x in heading(job, "Megatron-LM arguments", em.lists[0]) if x]
+    lines += [f"# not expressed: {n}" for n in em.notes]
+    lines += ["MEGATRON_ARGS=("]
+    lines += [f"  {name}" + ("" if value is None else f" {value}") for name, value in args]
+    lines += [")", '# run pretrain_gpt.py "${MEGATRON_ARGS[@]}" with data, tokenizer, optimizer and checkpoint '
+              "arguments added, under the torchrun line of the slurm export"]
+    return "\n".join(lines) + "\n", em
+
+
+def _model(job: Job, arg, em: Emitter) -> None:
+    m = job.spec.model
+    arg("--num-layers", m.layers)
+    arg("--hidden-size", m.hidden)
+    arg("--ffn-hidden-size", m.ffn_hidden)
+    arg("--num-attention-heads", m.heads)
+    if m.kv_heads < m.heads:
+        arg("--group-query-attention")
+        arg("--num-query-groups", m.kv_heads)
+    arg("--seq-length", m.seq_len)
+    arg("--max-position-embeddings", m.seq_len)
+    if m.gated_mlp:
+        arg("--swiglu")
+    if not m.tied_embeddings:  # Megatron ties them unless told otherwise
+        arg("--untie-embeddings-and-output-weights")
+    if m.is_moe:
+        arg("--num-experts", m.experts)
+        arg("--moe-router-topk", m.top_k)
+        arg("--moe-ffn-hidden-size", m.expert_ffn_hidden)
+        if m.shared_experts:
+            arg("--moe-shared-expert-intermediate-size", m.shared_experts * m.expert_ffn_hidden)
+        if m.dense_layers:  # a Python list expression Megatron evaluates: 0 = dense layer, 1 = MoE layer
+            arg("--moe-layer-freq", f"'([0]*{m.dense_layers}+[1]*{m.layers - m.dense_layers})'")
+    em.note(f"vocabulary {m.vocab}: comes from the tokenizer (--tokenizer-type and its model file)")
+
+
+def _parallel(job: Job, arg, em: Emitter) -> None:
+    arg("--tensor-model-parallel-size", job.tp)
+    arg("--pipeline-model-parallel-size", job.pp)
+    if job.pp > 1:
+        _uneven_stages(job, arg, em)
+    if job.vpp > 1:  # interleaved 1F1B: the virtual-stage count directly (it also allows uneven stages)
+        arg("--num-virtual-stages-per-pipeline-rank", job.vpp)
+    if job.cp > 1:
+        arg("--context-parallel-size", job.cp)
+    if job.ep > 1:
+        arg("--expert-model-parallel-size", job.ep)
+    if job.sequence_parallel:
+        arg("--sequence-parallel")
+    if job.rank_order == "tp-cp-pp-dp":
+        arg(PP_INSIDE_DP_FLAG)
+        if job.ep > 1:
+            em.note("with --use-tp-pp-dp-mapping Megatron puts EP inside PP (tp-cp-ep-pp-dp); the plan keeps EP "
+                    "inside DP, so expert all-to-alls may cross more nodes than planned")
+
+
+def _uneven_stages(job: Job, arg, em: Emitter) -> None:
+    """Megatron splits layers evenly unless the first and last stages are given fewer; the planner's stages
+    hold ceil(layers / PP), so the shortfall goes to the first and last stages."""
+    short = job.layers_per_stage * job.pp - job.spec.model.layers
+    if short == 0:
+        return
+    first, last = job.layers_per_stage - (short + 1) // 2, job.layers_per_stage - short // 2
+    if job.pp < 3 or first < 1 or (job.vpp > 1 and (first % job.vpp or last % job.vpp)):
+        em.note(f"{job.spec.model.layers} layers over PP {job.pp}: stages of up to {job.layers_per_stage} "
+                "layers need --pipeline-model-parallel-layout, written by hand")
+        return
+    arg("--decoder-first-pipeline-num-layers", first)
+    arg("--decoder-last-pipeline-num-layers", last)
+
+
+def _batch_and_memory(job: Job, arg, em: Emitter) -> None:
+    arg("--micro-batch-size", job.micro_batch)
+    arg("--global-batch-size", job.global_batch)
+    if job.recompute == "selective":
+        arg("--recompute-granularity", "selective")
+    elif job.recompute == "full":  # every layer recomputed from its input, one layer per checkpoint
+        arg("--recompute-granularity", "full")
+        arg("--recompute-method", "uniform")
+        arg("--recompute-num-layers", 1)
+    if job.zero == 1:
+        arg("--use-distributed-optimizer")
+    elif job.zero in FSDP_STRATEGY:
+        arg("--use-megatron-fsdp")
+        arg("--data-parallel-sharding-strategy", FSDP_STRATEGY[job.zero])
+    if job.spec.training.overlap_grad_reduce and job.dp > 1:
+        arg("--overlap-grad-reduce")
+        if job.zero >= 1:
+            arg("--overlap-param-gather")
+
+
+def _precision(job: Job, arg, em: Emitter) -> None:
+    precision = job.spec.training.precision
+    arg("--fp16" if precision == "fp16" else "--bf16")
+    if precision == "fp8":  # Transformer Engine: E4M3 forward, E5M2 gradients; bf16 elsewhere
+        arg("--fp8-format", "hybrid")
+    arg("--attention-backend", "flash" if job.spec.training.attention == "flash" else "unfused")

@@ -1,0 +1,99 @@
+"""A torchtitan job config (TOML, as torchtitan v0.2.x reads it) for one plan; keys from torchtitan_keys.txt.
+
+torchtitan builds its device mesh as pp, dp_replicate, dp_shard, cp, tp, outermost first
+(torchtitan/distributed/parallel_dims.py), which is the planner's "tp-cp-dp-pp"."""
+from __future__ import annotations
+
+import json
+
+from .common import Emitter, Job, heading
+
+SCHEDULE = {False: "1F1B", True: "Interleaved1F1B"}
+AC_MODE = {"none": "none", "selective": "selective", "full": "full"}
+
+
+def torchtitan(job: Job) -> tuple[str, Emitter]:
+    em = Emitter.of("torchtitan")
+    tables: dict[str, list[tuple[str, object]]] = {}
+
+    def key(section: str, name: str, value: object) -> None:
+        if em.ok(f"{section}.{name}"):
+            tables.setdefault(section, []).append((name, value))
+
+    _training(job, key, em)
+    _parallelism(job, key, em)
+    _pipeline(job, key, em)
+    key("activation_checkpoint", "mode", AC_MODE[job.recompute])
+    if job.recompute == "selective":
+        key("activation_checkpoint", "selective_ac_option", "op")
+        em.note("torchtitan's selective recompute is per operator (it keeps matmul outputs), not Megatron's "
+                "attention-only recompute the plan costs")
+    lines = [f"# {x}" for x in heading(job, "torchtitan job config", em.lists[0]) if x]
+    lines += [f"# not expressed: {n}" for n in em.notes]
+    for section, items in tables.items():
+        lines += ["", f"[{section}]"] + [f"{name} = {json.dumps(value)}" for name, value in items]
+    return "\n".join(lines) + "\n", em
+
+
+def _training(job: Job, key, em: Emitter) -> None:
+    m, t = job.spec.model, job.spec.training
+    em.note(f"the model: pick [model] name and flavor for {m.name} ({m.layers} layers, hidden {m.hidden}, "
+            f"{m.heads} heads); torchtitan defines models in code")
+    # With PP, local_batch_size is split into micro-batches of pipeline_parallel_microbatch_size; without
+    # it, local_batch_size is the micro-batch and torchtitan accumulates global / (local x DP) of them.
+    key("training", "local_batch_size", job.global_batch // job.dp if job.pp > 1 else job.micro_batch)
+    key("training", "global_batch_size", job.global_batch)
+    key("training", "seq_len", m.seq_len)
+    if t.precision == "fp16":
+        em.note("fp16: torchtitan trains in bf16 or fp32 only (training.mixed_precision_param)")
+    else:
+        key("training", "mixed_precision_param", "bfloat16")
+    if t.precision == "fp8":
+        key("model", "converters", ["quantize.linear.float8"])
+        key("quantize.linear.float8", "recipe_name", "tensorwise")
+
+
+def _parallelism(job: Job, key, em: Emitter) -> None:
+    # ZeRO by FSDP2: stage 3 reshards parameters after forward; stages 1-2 keep them (ZeRO-2). Plain DP is
+    # replication (DDP).
+    if job.zero == 0:
+        key("parallelism", "data_parallel_replicate_degree", job.dp)
+        key("parallelism", "data_parallel_shard_degree", 1)
+        if job.cp > 1:
+            em.note("with CP torchtitan shards parameters over the CP ranks (FSDP), which the plan does not")
+    else:
+        key("parallelism", "data_parallel_replicate_degree", 1)
+        key("parallelism", "data_parallel_shard_degree", job.dp)
+        key("parallelism", "fsdp_reshard_after_forward", "always" if job.zero == 3 else "never")
+        if job.zero == 1:
+            em.note("ZeRO-1: torchtitan has no optimizer-only sharding; FSDP without resharding (ZeRO-2) also "
+                    "shards gradients, so it needs no more memory than the plan")
+    key("parallelism", "tensor_parallel_degree", job.tp)
+    if job.tp > 1 and not job.sequence_parallel:
+        em.note("TP without sequence parallelism: torchtitan's tensor parallelism always shards the norms "
+                "along the sequence")
+    key("parallelism", "context_parallel_degree", job.cp)
+    if job.ep > 1:  # experts borrow from dp_shard with expert TP = TP, as the plan carves EP out of DP
+        key("parallelism", "expert_parallel_degree", job.ep)
+        key("parallelism", "expert_tensor_parallel_degree", job.tp)
+    if job.rank_order != "tp-cp-dp-pp":
+        em.note(f"rank order {job.rank_order}: torchtitan's mesh is fixed at tp-cp-dp-pp (pipeline outermost), "
+                "so DP and PP groups land on other nodes than planned; TP stays inside the NVLink domain")
+
+
+def _pipeline(job: Job, key, em: Emitter) -> None:
+    key("parallelism", "pipeline_parallel_degree", job.pp)
+    if job.pp == 1:
+        return
+    key("parallelism", "pipeline_parallel_schedule", SCHEDULE[job.vpp > 1])
+    key("parallelism", "pipeline_parallel_microbatch_size", job.micro_batch)
+    per_virtual = job.layers_per_stage // job.vpp
+    # torchtitan makes ceil(layers / layers_per_stage) stages (embedding and output counted as no layers
+    # here); that must be PP x VPP for the plan's split.
+    if -(-job.spec.model.layers // per_virtual) == job.pp * job.vpp:
+        key("parallelism", "pipeline_parallel_layers_per_stage", per_virtual)
+        key("parallelism", "pipeline_parallel_first_stage_less_layers", 0)
+        key("parallelism", "pipeline_parallel_last_stage_less_layers", 0)
+    else:
+        em.note(f"{job.spec.model.layers} layers do not split into {job.pp * job.vpp} stages of at most "
+                f"{per_virtual}: set parallelism.module_fqns_per_model_part by hand")
