@@ -1,4 +1,4 @@
-"""Command line: `python -m planner plan SPEC.json [--top N] [--format json|table]`.
+"""Command line: `python -m planner plan SPEC.json [--top N] [--format json|table] [--export FRAMEWORK [--rank N]]`.
 
 Bad input exits with status 2 and the field-named messages on stderr, never a traceback.
 """
@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from .catalog import load_catalog
 from .errors import SpecError
+from .launch import FRAMEWORKS, launch_config
 from .report import plan
 from .spec import parse_spec
 
@@ -24,8 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan", help="search the layouts of a plan spec and print the answer")
     p.add_argument("spec", help="path to the spec JSON (see PLAN_SPEC.md), or - for standard input")
-    p.add_argument("--top", type=_positive, default=10, help="how many ranked plans to print (default 10)")
+    p.add_argument("--top", type=_bounded("--top"), default=10, help="how many ranked plans to print (default 10)")
     p.add_argument("--format", choices=("json", "table"), default="json", help="json (default) or table")
+    p.add_argument("--export", choices=FRAMEWORKS,
+                   help="print the launch configuration of one plan for this framework instead of the answer")
+    p.add_argument("--rank", type=_bounded("--rank"), default=None,
+                   help="with --export: the plan ranked N (1 = best, as in the table; default 1)")
     sub.add_parser("catalog", help="list the hardware catalog and model presets by name")
     v = sub.add_parser("validate", help="predict published runs with their layouts pinned; print the error table")
     v.add_argument("runs", help="a published_runs.json-style file ({\"cases\": [...]} or a list of rows)")
@@ -37,8 +42,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "validate":
             return _validate(args.runs, args.configs)
+        if args.rank is not None and args.export is None:
+            raise SpecError.one("--rank", "needs --export (the framework whose configuration to print)")
         spec = parse_spec(_read_spec(args.spec), load_catalog())
-        answer = plan(spec, top=args.top)
+        answer = plan(spec, top=max(args.top, args.rank or 1))
+        if args.export:
+            sys.stdout.write(_export(spec, answer, args.export, args.rank or 1))
+            return 0
     except SpecError as exc:
         source = getattr(args, "spec", None) or getattr(args, "runs", "input")
         print(f"error: invalid input {source}:", file=sys.stderr)
@@ -69,14 +79,28 @@ def _validate(runs: str, configs: str | None) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--top must be a whole number, not {text!r}") from None
-    if not 1 <= value <= 1000:
-        raise argparse.ArgumentTypeError("--top must be between 1 and 1000")
-    return value
+def _export(spec, answer: dict[str, Any], framework: str, rank: int) -> str:
+    """The launch configuration of plans[rank - 1]; a rank past the plans found is a field-named error."""
+    plans = answer["plans"]
+    if not plans:
+        raise SpecError.one("--export", "no layout fits this spec, so there is no plan to export "
+                                        "(run without --export to see the rejections)")
+    if rank > len(plans):
+        raise SpecError.one("--rank", f"must be between 1 and {len(plans)} (the feasible plans found), not {rank}")
+    return launch_config(spec, plans[rank - 1], framework).text
+
+
+def _bounded(flag: str):
+    """An argparse type for a whole number from 1 to 1000, its messages naming `flag`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a whole number, not {text!r}") from None
+        if not 1 <= value <= 1000:
+            raise argparse.ArgumentTypeError(f"{flag} must be between 1 and 1000")
+        return value
+    return parse
 
 
 def _read_spec(path: str) -> Any:

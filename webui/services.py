@@ -24,6 +24,7 @@ import planner
 from planner import PlanSpec, SpecError, parse_spec
 from planner.catalog import FIXTURES_DIR, Catalog
 from planner.constants import ENGINE_VERSION
+from planner.launch import launch_configs
 
 from . import delivery
 from .models import CATALOG_MODELS, CatalogRow, Plan
@@ -271,8 +272,25 @@ def plan_queue_position(*, plan: Plan) -> int:
     return Plan.objects.filter(status=Plan.Status.QUEUED, created_at__lt=plan.created_at).count()
 
 
-def plan_as_dict(*, plan: Plan) -> dict[str, Any]:
-    """The JSON API's view of a plan: status always, the answer once done, the message once failed."""
+def plan_launch(*, plan: Plan, rank: int = 1) -> dict[str, Any] | None:
+    """The launch configurations (Megatron-LM, torchtitan, DeepSpeed, SLURM) of the layout ranked `rank`
+    (1 = best) of a finished plan; None when it has no layout. Built from the stored answer on each request,
+    so older plans get them too. Raises SpecError naming "rank" for a rank the answer does not hold."""
+    plans = (plan.result or {}).get("plans") or [] if plan.status == Plan.Status.DONE else []
+    if not plans:
+        return None
+    if not 1 <= rank <= len(plans):
+        raise SpecError.one("rank", f"must be between 1 and {len(plans)} (the ranked layouts kept), not {rank}")
+    try:
+        spec = parse_spec(plan.spec)
+    except SpecError:  # saved under an older engine whose spec this one refuses: no configs, not a 500
+        return None
+    return {"rank": rank, "configs": launch_configs(spec, plans[rank - 1])}
+
+
+def plan_as_dict(*, plan: Plan, launch_rank: int = 1) -> dict[str, Any]:
+    """The JSON API's view of a plan: status always, the answer once done (with the launch configurations of
+    the layout ranked `launch_rank`), the message once failed."""
     data: dict[str, Any] = {
         "code": str(plan.code),
         "url": plan.get_absolute_url(),
@@ -290,6 +308,7 @@ def plan_as_dict(*, plan: Plan) -> dict[str, Any]:
         data["reused_from"] = {"code": str(plan.reused_from.code), "url": plan.reused_from.get_absolute_url()}
     if plan.status == Plan.Status.DONE:
         data["result"] = plan.result
+        data["launch"] = plan_launch(plan=plan, rank=launch_rank)
     if plan.status == Plan.Status.FAILED:
         data["error"] = plan.error
     return data

@@ -38,6 +38,11 @@ def plan_detail(request: HttpRequest, code: str) -> HttpResponse:
     context: dict[str, Any] = {"plan": plan, "figures": charts.plan_figures(plan.result)}
     if plan.status == Plan.Status.QUEUED:
         context["queue_position"] = services.plan_queue_position(plan=plan)
+    try:
+        context["launch"] = services.plan_launch(plan=plan, rank=_rank(request))
+    except SpecError as err:
+        context["launch_error"] = "; ".join(f"{k}: {m}" for k, ms in err.as_dict().items() for m in ms)
+        context["launch"] = services.plan_launch(plan=plan)
     return render(request, "webui/plan_detail.html", context)
 
 
@@ -78,7 +83,10 @@ def api_plans(request: HttpRequest) -> JsonResponse:
 @require_GET
 def api_plan(request: HttpRequest, code: str) -> JsonResponse:
     plan = get_object_or_404(Plan, code=code)
-    data = services.plan_as_dict(plan=plan)
+    try:
+        data = services.plan_as_dict(plan=plan, launch_rank=_rank(request))
+    except SpecError as err:
+        return _errors(err.as_dict())
     data["url"] = request.build_absolute_uri(data["url"])
     if "reused_from" in data:
         data["reused_from"]["url"] = request.build_absolute_uri(data["reused_from"]["url"])
@@ -115,6 +123,14 @@ def _top(request: HttpRequest) -> int:
         return min(50, max(1, int(request.GET.get("top", 10))))
     except ValueError:
         return 10
+
+
+def _rank(request: HttpRequest) -> int:
+    """The `rank` query parameter (which ranked layout's launch configurations to show); 1 when absent."""
+    text = request.GET.get("rank", "1")
+    if not text.strip().isdigit() or len(text) > 6:
+        raise SpecError.one("rank", f"must be a whole number from 1 (the best layout), not {text[:20]!r}")
+    return int(text)
 
 
 def _is_uuid(value: str | None) -> bool:
