@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import EXAMPLES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,3 +78,38 @@ def test_validate_prints_the_error_table():
 def test_validate_of_a_missing_file_is_a_clear_error(tmp_path):
     out = run("validate", str(tmp_path / "none.json"))
     assert out.returncode == 2 and "cannot read" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_export_prints_the_best_plans_launch_configuration():
+    spec = str(EXAMPLES / "llama3-70b-h100-512-pinned.json")
+    best = json.loads(run("plan", spec, "--top", "2").stdout)["plans"]
+    out = run("plan", spec, "--export", "megatron")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"# Megatron-LM arguments for plan #1: {best[0]['label']}\n")
+    assert "  --tensor-model-parallel-size 8\n" in out.stdout
+    second = run("plan", spec, "--export", "slurm", "--rank", "2")
+    assert second.returncode == 0 and f"for plan #2: {best[1]['label']}" in second.stdout
+    assert "#SBATCH --nodes=64" in second.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--export", "torchtitan", "--rank", "5000"), "--rank must be between 1 and 1000"),
+    (("--export", "torchtitan", "--rank", "two"), "--rank must be a whole number"),
+    (("--rank", "2"), "--rank: needs --export"),
+    (("--export", "jax"), "invalid choice: 'jax'"),
+])
+def test_bad_export_arguments_name_the_option(args, message):
+    out = run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), *args)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+    assert out.stdout == ""
+
+
+def test_a_rank_past_the_plans_found_is_a_field_named_error(tmp_path):
+    spec = json.loads((EXAMPLES / "llama3-70b-h100-512-pinned.json").read_text())
+    spec["layout"] = {"tp": 8, "pp": 4, "dp": 16, "micro_batch": 1, "vpp": 5, "recompute": "none",
+                      "sequence_parallel": True, "zero": 1, "rank_order": "tp-cp-dp-pp"}
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(spec))
+    out = run("plan", str(path), "--export", "deepspeed", "--rank", "2")
+    assert out.returncode == 2 and out.stdout == ""
+    assert "--rank: must be between 1 and 1 (the feasible plans found), not 2" in out.stderr

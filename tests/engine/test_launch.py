@@ -1,0 +1,301 @@
+"""Launch configurations: each export carries the plan's layout, batch and schedule; every flag and key is one the
+framework's kept list holds; the SLURM/torchrun ranks put every TP group inside one NVLink domain."""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import tomllib
+from functools import lru_cache
+
+import pytest
+
+from planner import parse_spec, plan
+from planner.catalog import load_catalog
+from planner.launch import FRAMEWORKS, launch_config, launch_configs
+from planner.launch import common as launch_common
+from planner.launch.names import LISTS, KeptList, kept
+from planner.launch.slurm import rank_map
+from planner.placement import place, rank_strides
+from planner.topology import domain_gpus
+
+from .conftest import EXAMPLES, example
+
+EXAMPLE_NAMES = sorted(p.stem for p in EXAMPLES.glob("*.json"))
+SMALL = {"name": "small", "layers": 30, "hidden": 2048, "heads": 16, "kv_heads": 8, "ffn_hidden": 5632,
+         "gated_mlp": True, "vocab": 32000, "seq_len": 4096}
+
+
+@lru_cache(maxsize=None)
+def answer(name: str, top: int = 3) -> tuple:
+    spec = parse_spec(example(name), load_catalog())
+    return spec, plan(spec, top=top)
+
+
+def small_plan(cluster: dict, layout: dict | None = None, training: dict | None = None) -> tuple:
+    doc = {"model": SMALL, "training": {"global_batch": 64, **(training or {})}, "cluster": cluster,
+           "layout": layout or {}}
+    spec = parse_spec(doc, load_catalog())
+    result = plan(spec, top=1)
+    assert result["plans"], result["rejected"]
+    return spec, result["plans"][0]
+
+
+H100_32 = {"num_gpus": 32, "gpu": "H100 SXM5 80GB", "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"}
+
+
+# --------------------------------------------------------------------------------------------------------
+# Reading the exports back (independently of the code that wrote them)
+
+
+def megatron_args(text: str) -> dict[str, str | None]:
+    body = text[text.index("MEGATRON_ARGS=(") + len("MEGATRON_ARGS=("):text.index("\n)")]
+    args: dict[str, str | None] = {}
+    for line in body.strip().splitlines():
+        name, _, value = line.strip().partition(" ")
+        args[name] = shlex.split(value)[0] if value else None
+    return args
+
+
+def deepspeed_json(text: str) -> dict:
+    return json.loads("\n".join(line for line in text.splitlines() if not line.startswith("//")))
+
+
+def flat_keys(table: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out += flat_keys(value, f"{prefix}{key}.")
+        else:
+            out.append(prefix + key)
+    return out
+
+
+def slurm_names(text: str) -> list[str]:
+    names = [f"sbatch {m}" for m in re.findall(r"^#SBATCH (--[a-z-]+)", text, re.M)]
+    srun = re.search(r"^srun (.*?) bash -c", text, re.M).group(1)
+    names += [f"srun {m}" for m in re.findall(r"(--[a-z-]+)", srun)]
+    inner = re.search(r"exec torchrun (.*?) \"\$@\"", text).group(1)
+    return names + re.findall(r"(--[a-z-]+)=", inner)
+
+
+def names_in(framework: str, text: str) -> list[str]:
+    if framework == "megatron":
+        return list(megatron_args(text))
+    if framework == "torchtitan":
+        return flat_keys(tomllib.loads(text))
+    if framework == "deepspeed":
+        return flat_keys(deepspeed_json(text)) if "{" in text else []
+    return slurm_names(text)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The plan's layout, batch and schedule
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_each_export_of_the_examples_carries_the_layout_batch_and_schedule(name):
+    spec, result = answer(name)
+    best = result["plans"][0]
+    lay = best["layout"]
+    exports = {fw: launch_config(spec, best, fw) for fw in FRAMEWORKS}
+
+    m = megatron_args(exports["megatron"].text)
+    assert m["--tensor-model-parallel-size"] == str(lay["tp"])
+    assert m["--pipeline-model-parallel-size"] == str(lay["pp"])
+    assert m.get("--context-parallel-size", "1") == str(lay["cp"])
+    assert m["--micro-batch-size"] == str(lay["micro_batch"])
+    assert m["--global-batch-size"] == str(spec.training.global_batch)
+    assert m.get("--num-virtual-stages-per-pipeline-rank", "1") == str(lay["vpp"])
+    assert ("--sequence-parallel" in m) == lay["sequence_parallel"]
+    assert m.get("--recompute-granularity") == {"none": None, "selective": "selective", "full": "full"}[
+        lay["recompute"]]
+    assert ("--use-tp-pp-dp-mapping" in m) == (lay["rank_order"] == "tp-cp-pp-dp")
+    assert m["--num-layers"] == str(spec.model.layers) and m["--seq-length"] == str(spec.model.seq_len)
+
+    t = tomllib.loads(exports["torchtitan"].text)
+    par = t["parallelism"]
+    assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"], par["context_parallel_degree"]) == (
+        lay["tp"], lay["pp"], lay["cp"])
+    assert par["data_parallel_shard_degree"] * par["data_parallel_replicate_degree"] == lay["dp"]
+    assert t["training"]["global_batch_size"] == spec.training.global_batch
+    if lay["pp"] > 1:
+        assert par["pipeline_parallel_microbatch_size"] == lay["micro_batch"]
+        assert par["pipeline_parallel_schedule"] == ("Interleaved1F1B" if lay["vpp"] > 1 else "1F1B")
+        assert t["training"]["local_batch_size"] * lay["dp"] == spec.training.global_batch
+    else:
+        assert t["training"]["local_batch_size"] == lay["micro_batch"]
+
+    if lay["zero"]:
+        ds = deepspeed_json(exports["deepspeed"].text)
+        assert ds["zero_optimization"]["stage"] == lay["zero"]
+        assert ds["train_batch_size"] == spec.training.global_batch
+        assert ds["train_batch_size"] == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] \
+            * lay["dp"]
+
+    s = exports["slurm"].text
+    nodes = int(re.search(r"#SBATCH --nodes=(\d+)", s).group(1))
+    per_node = int(re.search(r"#SBATCH --gpus-per-node=(\d+)", s).group(1))
+    assert nodes * per_node == spec.cluster.num_gpus
+    assert best["label"] in s and best["label"] in exports["megatron"].text
+
+
+def test_the_llama3_example_exports_interleaving_and_its_batch():
+    """The pinned Llama 3 70B example (TP 8, PP 4, micro-batch 1): the best plan interleaves."""
+    spec, result = answer("llama3-70b-h100-512-pinned")
+    best = result["plans"][0]
+    assert best["layout"]["vpp"] > 1
+    m = megatron_args(launch_config(spec, best, "megatron").text)
+    assert m["--num-virtual-stages-per-pipeline-rank"] == str(best["layout"]["vpp"])
+    t = tomllib.loads(launch_config(spec, best, "torchtitan").text)["parallelism"]
+    assert t["pipeline_parallel_layers_per_stage"] * t["pipeline_parallel_degree"] * best["layout"]["vpp"] == 80
+
+
+# --------------------------------------------------------------------------------------------------------
+# Names checked against the kept lists
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_every_emitted_name_is_in_the_frameworks_kept_list(name):
+    spec, result = answer(name)
+    for entry in result["plans"]:
+        for fw, export in launch_configs(spec, entry).items():
+            emitted = names_in(fw, export["text"])
+            lists = ("slurm", "torchrun") if fw == "slurm" else (fw,)
+            unknown = [n for n in emitted if not any(n in kept(k) for k in lists)]
+            assert unknown == [], (fw, unknown)
+            assert sorted(emitted) == sorted(export["names"]), fw  # the export's own record is complete
+            assert not any("is not an option" in n for n in export["notes"]), export["notes"]
+
+
+def test_a_flag_missing_from_the_kept_list_is_left_out_and_said(monkeypatch):
+    spec, entry = small_plan(H100_32, {"tp": 4, "sequence_parallel": True, "pp": 1})
+    real = kept("megatron")
+    renamed = KeptList(real.name, real.names - {"--sequence-parallel"}, real.repository, real.commit,
+                       real.version, real.path)
+    monkeypatch.setattr(launch_common, "kept", lambda name: renamed if name == "megatron" else kept(name))
+    export = launch_config(spec, entry, "megatron")
+    assert "--sequence-parallel" not in megatron_args(export.text)
+    assert any("--sequence-parallel is not an option of NVIDIA/Megatron-LM" in n for n in export.notes)
+    assert "# not expressed: --sequence-parallel is not an option" in export.text
+
+
+def test_the_kept_lists_name_repository_commit_and_version():
+    for name in LISTS:
+        kl = kept(name)
+        assert re.fullmatch(r"https://github.com/[\w.-]+/[\w.-]+", kl.repository), name
+        assert re.fullmatch(r"[0-9a-f]{40}", kl.commit), name
+        assert kl.version != "?" and len(kl.names) > 20, name
+    megatron = kept("megatron")
+    # Megatron's interleaving and recompute flags as the kept version spells them
+    assert {"--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage",
+            "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--sequence-parallel",
+            "--use-distributed-optimizer", "--overlap-grad-reduce", "--fp8-format"} <= megatron.names
+    assert "--virtual-pipeline-model-parallel-size" not in megatron.names  # the old name is gone
+    assert "parallelism.tensor_parallel_degree" in kept("torchtitan")
+    assert "zero_optimization.stage" in kept("deepspeed") and "sbatch --segment" in kept("slurm")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Ranks: every TP group inside one NVLink domain
+
+
+def tp_groups_by_domain(spec, entry) -> list[set[int]]:
+    """For each TP group, the NVLink domains of the physical GPUs its ranks run on under the sbatch script."""
+    lay = entry["layout"]
+    text = launch_config(spec, entry, "slurm").text
+    where = {rank: node * spec.cluster.node.gpus + local for (node, local), rank in rank_map(text).items()}
+    assert sorted(where) == list(range(spec.cluster.num_gpus))  # every rank placed once
+    stride, size = rank_strides(lay["tp"], lay["cp"], lay["dp"], lay["pp"], lay["ep"], lay["rank_order"])["tp"]
+    dom = domain_gpus(spec.cluster)
+    firsts = [r for r in range(spec.cluster.num_gpus) if (r // stride) % size == 0]
+    return [{where[f + k * stride] // dom for k in range(size)} for f in firsts]
+
+
+@pytest.mark.parametrize("cluster,layout", [
+    (H100_32, {"tp": 8, "pp": 2, "rank_order": "tp-cp-pp-dp"}),
+    (H100_32, {"tp": 4, "pp": 2, "rank_order": "tp-cp-dp-pp"}),
+    (H100_32, {"tp": 2, "cp": 2, "pp": 2}),
+    ({"num_gpus": 144, "gpu": "GB300", "node": "GB300 NVL72 compute tray",
+      "fabric": "XDR InfiniBand rail-optimized (Quantum-X800)"}, {"tp": 8, "pp": 9}),
+    ({"num_gpus": 16, "gpu": "H200 NVL", "node": "H200 NVL server (4-GPU NVLink bridges)",
+      "fabric": "NDR InfiniBand fat tree"}, {"tp": 4}),
+])
+def test_slurm_ranks_put_each_tp_group_inside_one_nvlink_domain(cluster, layout):
+    spec, entry = small_plan(cluster, layout)
+    groups = tp_groups_by_domain(spec, entry)
+    assert groups and all(len(domains) == 1 for domains in groups)
+    lay = entry["layout"]
+    placed = place(spec.cluster, lay["tp"], lay["cp"], lay["dp"], lay["pp"], lay["ep"], lay["rank_order"])
+    assert placed.tp_inside_nvlink_domain and placed.groups["tp"].domains == 1
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_the_examples_tp_groups_stay_inside_their_nvlink_domains(name):
+    spec, result = answer(name)
+    assert all(len(d) == 1 for d in tp_groups_by_domain(spec, result["plans"][0]))
+
+
+def test_an_nvl72_job_asks_slurm_for_whole_racks():
+    spec, entry = small_plan({"num_gpus": 144, "gpu": "GB300", "node": "GB300 NVL72 compute tray",
+                              "fabric": "XDR InfiniBand rail-optimized (Quantum-X800)"}, {"tp": 4})
+    text = launch_config(spec, entry, "slurm").text
+    assert "#SBATCH --segment=18" in text and "#SBATCH --nodes=36" in text
+    assert "--nproc-per-node=4" in text and '--node-rank="$SLURM_NODEID"' in text
+
+
+# --------------------------------------------------------------------------------------------------------
+# What a framework cannot express is said, not guessed
+
+
+def test_deepspeed_says_a_plan_without_zero_needs_no_config():
+    spec, entry = small_plan(H100_32, {"zero": 0, "tp": 8, "pp": 1})
+    export = launch_config(spec, entry, "deepspeed")
+    assert export.names == () and "{" not in export.text
+    assert "uses no ZeRO" in export.text
+
+
+def test_deepspeed_carries_the_zero_stage_and_says_where_tp_and_pp_go():
+    spec, entry = small_plan(H100_32, {"zero": 1, "tp": 4, "pp": 2, "micro_batch": 2})
+    ds = deepspeed_json(launch_config(spec, entry, "deepspeed").text)
+    assert ds["zero_optimization"]["stage"] == 1 and ds["train_micro_batch_size_per_gpu"] == 2
+    assert ds["gradient_accumulation_steps"] == 64 // (4 * 2)
+    assert "PipelineModule(num_stages=2)" in launch_config(spec, entry, "deepspeed").text
+
+
+def test_torchtitan_says_what_its_mesh_and_precisions_cannot_hold():
+    spec, entry = small_plan(H100_32, {"tp": 8, "pp": 2, "rank_order": "tp-cp-pp-dp", "zero": 1},
+                             {"precision": "fp16"})
+    export = launch_config(spec, entry, "torchtitan")
+    toml = tomllib.loads(export.text)
+    assert "mixed_precision_param" not in toml["training"]
+    notes = " ".join(export.notes)
+    assert "fp16" in notes and "rank order tp-cp-pp-dp" in notes and "ZeRO-1" in notes
+
+
+def test_megatron_gives_uneven_stages_to_the_first_and_last_stage():
+    spec, entry = small_plan(H100_32, {"tp": 8, "pp": 4, "vpp": 1})  # 30 layers: the engine costs stages of 8
+    m = megatron_args(launch_config(spec, entry, "megatron").text)
+    first, last = int(m["--decoder-first-pipeline-num-layers"]), int(m["--decoder-last-pipeline-num-layers"])
+    assert first + last + 2 * 8 == 30 and (first, last) == (7, 7)
+
+
+def test_megatron_maps_zero_stages_and_fp8():
+    spec, entry = small_plan(H100_32, {"tp": 8, "pp": 1, "zero": 3}, {"precision": "fp8"})
+    m = megatron_args(launch_config(spec, entry, "megatron").text)
+    assert m["--use-megatron-fsdp"] is None and m["--data-parallel-sharding-strategy"] == "optim_grads_params"
+    assert m["--fp8-format"] == "hybrid" and "--bf16" in m
+    spec, entry = small_plan(H100_32, {"tp": 8, "pp": 1, "zero": 1, "recompute": "full"})
+    m = megatron_args(launch_config(spec, entry, "megatron").text)
+    assert "--use-distributed-optimizer" in m and "--use-megatron-fsdp" not in m
+    assert (m["--recompute-granularity"], m["--recompute-method"], m["--recompute-num-layers"]) == (
+        "full", "uniform", "1")
+
+
+def test_a_plan_entry_that_does_not_match_the_spec_is_refused():
+    spec, entry = small_plan(H100_32, {"tp": 8, "pp": 1})
+    wrong = {**entry, "layout": {**entry["layout"], "dp": entry["layout"]["dp"] * 2}}
+    with pytest.raises(ValueError, match="does not match the spec's GPU count"):
+        launch_config(spec, wrong, "megatron")
+    with pytest.raises(ValueError, match="unknown framework"):
+        launch_config(spec, entry, "jax")
