@@ -115,3 +115,40 @@ def test_a_nul_character_is_refused_not_a_database_error(client, seeded, small_s
     response = post(client, small_spec)
     assert response.status_code == 400
     assert response.json()["errors"] == {"model.name": ["must not contain control characters"]}
+
+
+def _done_plan(small_spec) -> Plan:
+    spec = services.spec_parse(data=small_spec).to_dict()
+    plan = Plan.objects.create(spec=spec, spec_hash=services.spec_hash(spec), top=3)
+    plan = services.plan_run(plan_id=plan.pk)
+    assert plan.status == "done", plan.error
+    return plan
+
+
+def test_a_done_plan_answers_with_the_launch_configs_of_its_best_layout(client, seeded, small_spec):
+    plan = _done_plan(small_spec)
+    body = client.get(f"/api/plans/{plan.code}").json()
+    launch = body["launch"]
+    assert launch["rank"] == 1 and set(launch["configs"]) == {"megatron", "torchtitan", "deepspeed", "slurm"}
+    best = body["result"]["plans"][0]
+    megatron = launch["configs"]["megatron"]
+    assert f"  --tensor-model-parallel-size {best['layout']['tp']}\n" in megatron["text"]
+    assert megatron["source"].startswith("NVIDIA/Megatron-LM ") and "--global-batch-size" in megatron["names"]
+    second = client.get(f"/api/plans/{plan.code}?rank=2").json()["launch"]
+    assert second["rank"] == 2 and body["result"]["plans"][1]["label"] in second["configs"]["slurm"]["text"]
+
+
+@pytest.mark.parametrize("rank,message", [("0", "must be between 1 and 3"), ("4", "must be between 1 and 3"),
+                                          ("two", "must be a whole number"), ("-1", "must be a whole number")])
+def test_a_bad_launch_rank_is_a_400_naming_rank(client, seeded, small_spec, rank, message):
+    plan = _done_plan(small_spec)
+    response = client.get(f"/api/plans/{plan.code}?rank={rank}")
+    assert response.status_code == 400
+    assert message in response.json()["errors"]["rank"][0]
+
+
+def test_a_queued_plan_has_no_launch_configs_yet(client, seeded, small_spec):
+    spec = services.spec_parse(data=small_spec).to_dict()
+    plan = Plan.objects.create(spec=spec, spec_hash=services.spec_hash(spec))
+    body = client.get(f"/api/plans/{plan.code}?rank=7").json()
+    assert body["status"] == "queued" and "launch" not in body

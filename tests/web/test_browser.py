@@ -92,3 +92,46 @@ def test_bad_input_in_the_browser_is_shown_next_to_the_field(web, seeded, browse
     error = page.locator("[data-field=num_gpus] .error")
     assert "must be a positive multiple of node.gpus (8)" in error.inner_text()
     assert page.input_value("input[name=num_gpus]") == "100"  # what was typed is kept
+
+
+# One small plan on each GPU, node and fabric added for 2026 (the H200 NVL server on a fat tree: see
+# tests/engine/test_catalog_2026.py); Llama 3 8B with one pipeline stage keeps each search short.
+NEW_HARDWARE = [("B300", "HGX B300", "XDR InfiniBand rail-optimized (Quantum-X800)", 16),
+                ("GB300", "GB300 NVL72 compute tray", "XDR InfiniBand rail-optimized (Quantum-X800)", 72),
+                ("H200 NVL", "H200 NVL server (4-GPU NVLink bridges)", "XDR InfiniBand fat tree", 16),
+                ("AMD MI300X", "AMD MI300X platform (8 GPUs)", "Ethernet RoCE 800 GbE (Spectrum-X800)", 16),
+                ("AMD MI325X", "AMD MI325X platform (8 GPUs)", "Ethernet RoCE 800 GbE (Spectrum-X800)", 16),
+                ("AMD MI355X", "AMD MI355X platform (8 GPUs)", "Ethernet RoCE 800 GbE (Spectrum-X800)", 16)]
+
+
+def test_a_plan_on_each_new_gpu_and_fabric_renders_with_launch_configs(web, worker, seeded, browser, small_spec):
+    from webui import services
+
+    from .conftest import wait_for_status
+
+    plans = []
+    for gpu, node, fabric, gpus in NEW_HARDWARE:
+        doc = {**small_spec, "training": {"global_batch": 144, "precision": "bf16"}, "layout": {"pp": 1},
+               "cluster": {"num_gpus": gpus, "gpu": gpu, "node": node, "fabric": fabric}}
+        plans.append(services.plan_create(spec=services.spec_parse(data=doc), top=2))
+    for plan in plans:
+        wait_for_status(plan, ("done", "failed"))
+        assert plan.status == "done", plan.error
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=web.url)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    for plan, (gpu, node, fabric, gpus) in zip(plans, NEW_HARDWARE, strict=True):
+        page.goto(web.url + plan.get_absolute_url())
+        page.wait_for_selector("#chart-placement svg.main-svg", timeout=30_000)
+        assert f"on {gpus} × {gpu}" in page.inner_text("h1")
+        assert f"{node} nodes, {fabric}" in page.inner_text("p.meta")
+        tp = plan.result["plans"][0]["layout"]["tp"]
+        assert f"--tensor-model-parallel-size {tp}" in page.inner_text("#launch-text-megatron")
+    text = page.inner_text("#launch-text-slurm")
+    page.click("button[data-copy=launch-text-slurm]")
+    page.wait_for_function("document.querySelector('button[data-copy=launch-text-slurm]').textContent == 'Copied'")
+    assert page.evaluate("navigator.clipboard.readText()") == text
+    assert "#SBATCH --nodes=2" in text
+    assert errors == []

@@ -131,3 +131,22 @@ def test_the_probe_spec_rows_are_checked_in_is_itself_valid():
     from webui.models import _PROBE
 
     parse_spec(_PROBE)
+
+
+NEW_2026 = {GPUType: ("B300", "GB300", "H200 NVL", "AMD MI300X", "AMD MI325X", "AMD MI355X"),
+            NodeType: ("HGX B300", "GB300 NVL72 compute tray", "H200 NVL server (4-GPU NVLink bridges)",
+                       "AMD MI300X platform (8 GPUs)", "AMD MI325X platform (8 GPUs)", "AMD MI355X platform (8 GPUs)"),
+            Fabric: ("XDR InfiniBand rail-optimized (Quantum-X800)", "Ethernet RoCE 800 GbE (Spectrum-X800)")}
+
+
+def test_the_2026_rows_pass_the_models_own_checks(seeded):
+    from webui.models import section_errors
+
+    for model, names in NEW_2026.items():
+        for name in names:
+            row = model.objects.get(name=name)
+            row.full_clean()  # raises ValidationError with the engine's messages if a field is off
+            assert section_errors(model.SECTION, row.spec_fields()) == {}, name
+            assert row.source, name
+    mi355x = GPUType.objects.get(name="AMD MI355X")
+    assert (mi355x.peak_tflops, mi355x.memory_gib, mi355x.sm_count) == (2516.6, 288, 256)

@@ -154,3 +154,17 @@ def test_plotly_js_is_served_from_the_installed_plotly_package():
     found = finders.find("plotly/plotly.min.js")
     assert found and found.startswith(str(plotly.__path__[0]))
     assert not finders.find("plotly/widgetbundle.js")
+
+
+def test_a_done_plan_shows_its_launch_configs_with_copy_buttons(client, small_spec, seeded):
+    plan = services.plan_run(plan_id=make_plan(small_spec, top=3).pk)
+    assert plan.status == "done", plan.error
+    page = client.get(plan.get_absolute_url()).content.decode()
+    for framework in ("megatron", "torchtitan", "deepspeed", "slurm"):
+        assert f'id="launch-text-{framework}"' in page and f'data-copy="launch-text-{framework}"' in page
+    assert "/static/webui/copy." in page and "For layout #1" in page
+    second = plan.result["plans"][1]
+    page = client.get(plan.get_absolute_url() + "?rank=2").content.decode()
+    assert "For layout #2" in page and f"plan #2: {second['label']}" in page
+    page = client.get(plan.get_absolute_url() + "?rank=9").content.decode()
+    assert 'id="launch-error"' in page and "rank: must be between 1 and 3" in page and "For layout #1" in page
