@@ -259,6 +259,20 @@ def _add_tree(graph: nx.Graph, cluster: ClusterSpec, nics: dict[int, list[int]])
             if pod_lv:
                 graph.add_node("core:0", kind="core")
                 _edge(graph, f"spine:{pod}", "core:0", pod_lv.egress_gbytes_per_s, "pod_uplink")
+    if rail and leaf_lv is None and domain_gpus(cluster) < cluster.node.gpus:
+        _join_rails(graph, cluster)
+
+
+def _join_rails(graph: nx.Graph, cluster: ClusterSpec) -> None:
+    """One scalable unit of a rail-optimized fabric has no leaf-uplink level (no traffic leaves the unit), so no
+    spine is drawn; but a node of several NVLink domains (H200 NVL: two 4-GPU bridges) reaches the rails of its
+    other domain only through the spine the rail leaves connect to. Full bisection: a rail leaf's uplinks carry
+    what its downlinks do (one port per node). Placement's costs come from `levels`, which this leaves alone."""
+    nodes = max(1, math.ceil(cluster.num_gpus / cluster.node.gpus))
+    leaves = [v for v, d in graph.nodes(data=True) if d["kind"] == "leaf"]
+    graph.add_node("spine:0", kind="spine", pod=0)
+    for leaf in leaves:
+        _edge(graph, leaf, "spine:0", port_gbytes_per_s(cluster) * nodes, "leaf_uplink")
 
 
 def _add_dragonfly(graph: nx.Graph, cluster: ClusterSpec, nics: dict[int, list[int]]) -> None:

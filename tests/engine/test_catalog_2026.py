@@ -13,13 +13,10 @@ NEW_GPUS = {"B300": 160, "GB300": 160, "H200 NVL": 132, "AMD MI300X": 304, "AMD 
 NEW_NODES = ("HGX B300", "GB300 NVL72 compute tray", "H200 NVL server (4-GPU NVLink bridges)",
              "AMD MI300X platform (8 GPUs)", "AMD MI325X platform (8 GPUs)", "AMD MI355X platform (8 GPUs)")
 NEW_FABRICS = ("XDR InfiniBand rail-optimized (Quantum-X800)", "Ethernet RoCE 800 GbE (Spectrum-X800)")
-XDR_FAT_TREE = "XDR InfiniBand fat tree"
-# (GPU, node, fabric, GPUs): every new GPU with its node, each new fabric at least twice. The H200 NVL server
-# runs on a fat tree: two NVLink domains in one node on a rail-optimized fabric of one scalable unit have no
-# route between rails in the engine's graph (reported; planner/topology.py).
+# (GPU, node, fabric, GPUs): every new GPU with its node, each new fabric at least twice.
 CASES = [("B300", "HGX B300", NEW_FABRICS[0], 16),
          ("GB300", "GB300 NVL72 compute tray", NEW_FABRICS[0], 144),
-         ("H200 NVL", "H200 NVL server (4-GPU NVLink bridges)", XDR_FAT_TREE, 16),
+         ("H200 NVL", "H200 NVL server (4-GPU NVLink bridges)", NEW_FABRICS[1], 16),
          ("AMD MI300X", "AMD MI300X platform (8 GPUs)", NEW_FABRICS[1], 16),
          ("AMD MI325X", "AMD MI325X platform (8 GPUs)", NEW_FABRICS[1], 16),
          ("AMD MI355X", "AMD MI355X platform (8 GPUs)", NEW_FABRICS[0], 16)]

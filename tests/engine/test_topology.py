@@ -168,3 +168,19 @@ def test_small_clusters_fit_inside_one_node():
     cluster = dataclasses.replace(make_cluster(8), num_gpus=4)
     assert levels(cluster) == ()
     assert kinds(build_graph(cluster)) == {"gpu": 4, "nvswitch": 1, "nic": 4, "leaf": 1}
+
+
+def test_a_node_of_two_nvlink_domains_reaches_its_other_rails_through_the_spine():
+    """H200 NVL servers: two 4-GPU NVLink-bridge domains per node, 4 NICs. In one rail-optimized scalable unit
+    GPU 3 (rail 1) reaches GPU 4 (rail 2) only over the spine joining the rail leaves."""
+    from planner import parse_spec
+    from planner.catalog import load_catalog
+
+    spec = parse_spec({"model": {"layers": 2, "hidden": 64, "heads": 4, "vocab": 128, "seq_len": 16},
+                       "training": {"global_batch": 8},
+                       "cluster": {"num_gpus": 16, "gpu": "H200 NVL", "node": "H200 NVL server (4-GPU NVLink bridges)",
+                                   "fabric": "XDR InfiniBand rail-optimized (Quantum-X800)"}}, load_catalog())
+    graph = build_graph(spec.cluster)
+    path = nx.shortest_path(graph, "gpu:3", "gpu:4", weight="cost")
+    assert [graph.nodes[v]["kind"] for v in path] == ["gpu", "nic", "leaf", "spine", "leaf", "nic", "gpu"]
+    assert graph.edges[path[2], path[3]]["capacity_gbytes_per_s"] == 2 * 50  # 2 nodes x one 400 Gb/s NIC port

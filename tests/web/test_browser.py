@@ -94,11 +94,11 @@ def test_bad_input_in_the_browser_is_shown_next_to_the_field(web, seeded, browse
     assert page.input_value("input[name=num_gpus]") == "100"  # what was typed is kept
 
 
-# One small plan on each GPU, node and fabric added for 2026 (the H200 NVL server on a fat tree: see
-# tests/engine/test_catalog_2026.py); Llama 3 8B with one pipeline stage keeps each search short.
+# One small plan on each GPU, node and fabric added for 2026; Llama 3 8B with one pipeline stage keeps each
+# search short.
 NEW_HARDWARE = [("B300", "HGX B300", "XDR InfiniBand rail-optimized (Quantum-X800)", 16),
                 ("GB300", "GB300 NVL72 compute tray", "XDR InfiniBand rail-optimized (Quantum-X800)", 72),
-                ("H200 NVL", "H200 NVL server (4-GPU NVLink bridges)", "XDR InfiniBand fat tree", 16),
+                ("H200 NVL", "H200 NVL server (4-GPU NVLink bridges)", "XDR InfiniBand rail-optimized (Quantum-X800)", 16),
                 ("AMD MI300X", "AMD MI300X platform (8 GPUs)", "Ethernet RoCE 800 GbE (Spectrum-X800)", 16),
                 ("AMD MI325X", "AMD MI325X platform (8 GPUs)", "Ethernet RoCE 800 GbE (Spectrum-X800)", 16),
                 ("AMD MI355X", "AMD MI355X platform (8 GPUs)", "Ethernet RoCE 800 GbE (Spectrum-X800)", 16)]
