@@ -34,8 +34,9 @@ def deepspeed(job: Job) -> tuple[str, Emitter]:
     degrees = ", ".join(f"{k.upper()} {v}" for k, v in (("tp", job.tp), ("pp", job.pp), ("cp", job.cp),
                                                          ("ep", job.ep)) if v > 1)
     if degrees:
-        em.note(f"{degrees}: set in the model code (Megatron-DeepSpeed flags, PipelineModule(num_stages="
-                f"{job.pp})), not in this file; DeepSpeed's data-parallel size is then {job.dp}")
+        where = "Megatron-DeepSpeed flags" + (f", PipelineModule(num_stages={job.pp})" if job.pp > 1 else "")
+        em.note(f"{degrees}: set in the model code ({where}), not in this file; DeepSpeed's data-parallel size "
+                f"is then {job.dp}")
     if job.recompute != "none":
         em.note(f"{job.recompute} recompute: done by the model code (deepspeed.checkpointing around each layer)")
     if precision == "fp8":

@@ -57,8 +57,8 @@ def slurm(job: Job) -> tuple[str, Emitter]:
 
 def _placement_notes(job: Job, g: int, dom: int, racks: int) -> list[str]:
     notes = [f"# ranks: node $SLURM_NODEID runs global ranks $SLURM_NODEID*{g} .. +{g - 1}, local rank i on GPU i; "
-             f"rank order {job.rank_order} (innermost first): each TP group is {job.tp} consecutive ranks, inside "
-             f"one {dom}-GPU NVLink domain"]
+             f"rank order {job.rank_order} (innermost first): each TP group ({job.tp} consecutive rank"
+             f"{'s' if job.tp > 1 else ''}) inside one {dom}-GPU NVLink domain"]
     if racks:
         notes.append(f"# an NVLink domain is {racks} nodes: --segment={racks} keeps them in one block "
                      "(topology/block with one block per rack), and the node list must follow rack order")

@@ -98,7 +98,8 @@ def test_bad_input_in_the_browser_is_shown_next_to_the_field(web, seeded, browse
 # search short.
 NEW_HARDWARE = [("B300", "HGX B300", "XDR InfiniBand rail-optimized (Quantum-X800)", 16),
                 ("GB300", "GB300 NVL72 compute tray", "XDR InfiniBand rail-optimized (Quantum-X800)", 72),
-                ("H200 NVL", "H200 NVL server (4-GPU NVLink bridges)", "XDR InfiniBand rail-optimized (Quantum-X800)", 16),
+                ("H200 NVL", "H200 NVL server (4-GPU NVLink bridges)",
+                 "XDR InfiniBand rail-optimized (Quantum-X800)", 16),
                 ("AMD MI300X", "AMD MI300X platform (8 GPUs)", "Ethernet RoCE 800 GbE (Spectrum-X800)", 16),
                 ("AMD MI325X", "AMD MI325X platform (8 GPUs)", "Ethernet RoCE 800 GbE (Spectrum-X800)", 16),
                 ("AMD MI355X", "AMD MI355X platform (8 GPUs)", "Ethernet RoCE 800 GbE (Spectrum-X800)", 16)]
@@ -134,4 +135,5 @@ def test_a_plan_on_each_new_gpu_and_fabric_renders_with_launch_configs(web, work
     page.wait_for_function("document.querySelector('button[data-copy=launch-text-slurm]').textContent == 'Copied'")
     assert page.evaluate("navigator.clipboard.readText()") == text
     assert "#SBATCH --nodes=2" in text
+    page.locator("#launch").screenshot(path=str(SCREENSHOT.with_name("launch-configs.png")))
     assert errors == []
