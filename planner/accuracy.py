@@ -71,10 +71,11 @@ def fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-def load_snapshot(path: Path | str = SNAPSHOT) -> dict[str, Any] | None:
-    """The stored validation, or None when there is none (or it is not readable JSON)."""
+def load_snapshot(path: Path | str | None = None) -> dict[str, Any] | None:
+    """The stored validation (SNAPSHOT unless given), or None when there is none or it is not readable JSON."""
+    path = Path(path or SNAPSHOT)
     try:
-        return _load(str(path), Path(path).stat().st_mtime_ns)
+        return _load(str(path), path.stat().st_mtime_ns)
     except (OSError, ValueError):
         return None
 

@@ -307,9 +307,10 @@ def plan_accuracy(*, plan: Plan) -> dict[str, Any] | None:
     if isinstance(plan.result, dict) and isinstance(plan.result.get("accuracy"), dict):
         return plan.result["accuracy"]
     spec = plan.spec if isinstance(plan.spec, dict) else {}
-    gpu = (spec.get("cluster") or {}).get("gpu") or {}
+    cluster, training = (s if isinstance(s, dict) else {} for s in (spec.get("cluster"), spec.get("training")))
+    gpu = cluster.get("gpu")
     name = gpu.get("name") if isinstance(gpu, dict) else gpu
-    return accuracy.for_gpu(str(name or ""), str((spec.get("training") or {}).get("precision") or "bf16"))
+    return accuracy.for_gpu(str(name or ""), str(training.get("precision") or "bf16"))
 
 
 def validation_read() -> dict[str, Any]:
