@@ -34,7 +34,8 @@ def predicted_vs_measured(validation: dict[str, Any]) -> Figure | None:
          "line": {"color": "#555", "dash": "dash", "width": 1}, "hoverinfo": "skip"}]
     groups = sorted({r["group"] for r in rows})
     for i, group in enumerate(groups):
-        mine = [r for r in rows if r["group"] == group]
+        # Fitted rows first: the legend shows a group's first marker, which must not look held out.
+        mine = sorted((r for r in rows if r["group"] == group), key=lambda r: bool(r.get("holdout")))
         data.append({
             "type": "scatter", "mode": "markers", "name": group,
             "x": [r["measured_s"] for r in mine], "y": [r["predicted_s"] for r in mine],

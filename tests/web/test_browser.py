@@ -108,4 +108,5 @@ def test_the_validation_page_draws_its_charts(web, seeded, browser):
         page.wait_for_selector(f"#chart-{chart} svg.main-svg", timeout=30_000)
     assert page.locator("#chart-scatter .xtick").count() > 0  # log axes drawn
     assert "Held out of every fit" in page.inner_text("#summary")
+    page.screenshot(path=str(SCREENSHOT.with_name("validation-page.png")), full_page=True)
     assert errors == []
