@@ -45,7 +45,7 @@ clean:
 	rm -rf var/static var/test-static var/broker var/test-broker var/*.sqlite3*
 
 # The engine measured against the published runs (planner/data/validation.json): the /validation/ page and every
-# plan's "how far to trust the step time" read it. About a minute (the unpinned search runs on every row).
+# plan's "how far to trust the step time" read it. 1-2 minutes (the unpinned search runs on every row).
 validation: venv
 	$(PY) -m planner validate --json --search > planner/data/validation.json.tmp
 	mv planner/data/validation.json.tmp planner/data/validation.json

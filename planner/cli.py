@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--json", action="store_true", help="print the whole validation as one JSON object")
     v.add_argument("--search", action="store_true",
                    help="also search each modelled row's spec with no layout pinned and report the gain the search "
-                        "claims over the published layout (search_gain). Slow: 0.1-3 s a row, about a minute for "
+                        "claims over the published layout (search_gain). Slow: 0.1-3 s a row, 1-2 minutes for "
                         "the default files on one core; identical specs are searched once and a spec with more "
                         f"than {SEARCH_MAX_LAYOUTS:,} candidate layouts is skipped (the row says so)")
     args = parser.parse_args(argv)

@@ -18,6 +18,7 @@ import ast
 import copy
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any, Iterable, TextIO
@@ -38,6 +39,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_RUNS = (DATA_DIR / "published_runs.json", DATA_DIR / "calibration_runs.json")
 SEARCH_MAX_LAYOUTS = 5_000_000  # the reference files' largest search: ~0.6M layouts, ~3 s
 WITHIN = 0.10                   # "within 10%": |err| <= 0.10
+CONSTANT_LINE = re.compile(r"^[A-Z][A-Z0-9_]* = ")
 
 
 def validate(paths: Iterable[Path | str] = DEFAULT_RUNS, search: bool = False, configs: Path | str | None = None,
@@ -225,12 +227,19 @@ def module_constants(module) -> list[dict[str, Any]]:
 
 
 def _comment_above(lines: list[str], index: int) -> str:
+    """The comment block above a constant (shared by the constants right below it, as GEMM_TILE_M and _N), else
+    the heading of its section ("# --- Latency (microseconds), NCCL defaults ---"), and its end-of-line comment."""
     inline = lines[index].split("#", 1)[1].strip() if "#" in lines[index] else ""
     block: list[str] = []
     i = index - 1
+    while i >= 0 and CONSTANT_LINE.match(lines[i]):
+        i -= 1
     while i >= 0 and lines[i].lstrip().startswith("#") and not lines[i].lstrip().startswith("# ---"):
         block.insert(0, lines[i].lstrip()[1:].strip())
         i -= 1
+    if not block:
+        heading = next((line for line in reversed(lines[:index]) if line.startswith("# ---")), "")
+        block = [heading.strip("#- ")] if heading else []
     return " ".join(part for part in (" ".join(block), inline) if part)
 
 

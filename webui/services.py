@@ -316,7 +316,7 @@ def plan_accuracy(*, plan: Plan) -> dict[str, Any] | None:
 def validation_read() -> dict[str, Any]:
     """The stored validation and whether it was measured with the running engine: {"validation": dict or None,
     "stale": bool, "fingerprint": the running engine's}. Read once per process (the file is a few hundred kB),
-    never computed during a request: `validate` takes a minute with the search."""
+    never computed during a request: `validate` takes 1-2 minutes with the search."""
     snapshot = accuracy.load_snapshot()
     return {"validation": snapshot, "stale": snapshot is not None and accuracy.is_stale(snapshot),
             "fingerprint": accuracy.fingerprint()}
