@@ -39,6 +39,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_RUNS = (DATA_DIR / "published_runs.json", DATA_DIR / "calibration_runs.json")
 SEARCH_MAX_LAYOUTS = 5_000_000  # the reference files' largest search: ~0.6M layouts, ~3 s
 WITHIN = 0.10                   # "within 10%": |err| <= 0.10
+MAX_FILE_BYTES = 64 << 20      # a run file is read whole; the reference files together are 2 MiB
 CONSTANT_LINE = re.compile(r"^[A-Z][A-Z0-9_]* = ")
 
 
@@ -94,6 +95,9 @@ def read_configs(path: Path | str) -> dict[str, dict[str, Any]]:
 
 def _read(field: str, path: Path, loader) -> Any:
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise SpecError.one(field, f"{path} is larger than {MAX_FILE_BYTES >> 20} MiB; the reference files "
+                                       "together are 2 MiB")
         return loader(path)
     except OSError as exc:
         raise SpecError.one(field, f"cannot read {path}: {exc.strerror or exc}") from None

@@ -102,7 +102,7 @@ def test_the_answer_is_plain_json_with_the_constants_and_their_sources(small):
     assert engine["ADAM_BYTES_PER_PARAM"]["module"] == "planner.constants"
     assert engine["GEMM_TILE_N"]["source"] == engine["GEMM_TILE_M"]["source"] != ""  # one comment, two constants
     assert "busbw" in engine["NVLINK_RING_EFF"]["source"]  # the collectives' efficiencies too
-    assert all(c["source"] for c in small["constants"]["engine"]), [c["name"] for c in engine.values() if not c["source"]]
+    assert [c["name"] for c in engine.values() if not c["source"]] == []
     gpus = {g["name"]: g for g in small["constants"]["gpus"]}
     assert gpus["H100 SXM5 80GB"]["peak_tflops"] > 900 and "datasheet" in gpus["H100 SXM5 80GB"]["source"].lower()
 

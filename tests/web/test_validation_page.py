@@ -3,7 +3,6 @@ every plan page and API answer."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
