@@ -8,7 +8,7 @@ PORT   ?= 8000
 HOST   ?= 127.0.0.1
 WORKERS ?= 2
 
-.PHONY: run test setup venv migrate static clean
+.PHONY: run test setup venv migrate static clean validation
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,3 +43,9 @@ test: venv
 
 clean:
 	rm -rf var/static var/test-static var/broker var/test-broker var/*.sqlite3*
+
+# The engine measured against the published runs (planner/data/validation.json): the /validation/ page and every
+# plan's "how far to trust the step time" read it. 1-2 minutes (the unpinned search runs on every row).
+validation: venv
+	$(PY) -m planner validate --json --search > planner/data/validation.json.tmp
+	mv planner/data/validation.json.tmp planner/data/validation.json

@@ -1,4 +1,5 @@
-"""Command line: `python -m planner plan SPEC.json [--top N] [--format json|table] [--export FRAMEWORK [--rank N]]`.
+"""Command line: `python -m planner plan SPEC.json [--top N] [--format json|table] [--export FRAMEWORK [--rank N]]`,
+`python -m planner validate [FILE...] [--json] [--search] [--configs F]` and `python -m planner catalog`.
 
 Bad input exits with status 2 and the field-named messages on stderr, never a traceback.
 """
@@ -15,6 +16,7 @@ from .errors import SpecError
 from .launch import FRAMEWORKS, launch_config
 from .report import plan
 from .spec import parse_spec
+from .validation import DEFAULT_CONFIGS, DEFAULT_RUNS, SEARCH_MAX_LAYOUTS, print_validation, validate
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 1
@@ -32,16 +34,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rank", type=_bounded("--rank"), default=None,
                    help="with --export: the plan ranked N (1 = best, as in the table; default 1)")
     sub.add_parser("catalog", help="list the hardware catalog and model presets by name")
-    v = sub.add_parser("validate", help="predict published runs with their layouts pinned; print the error table")
-    v.add_argument("runs", help="a published_runs.json-style file ({\"cases\": [...]} or a list of rows)")
-    v.add_argument("--configs", help="launch-script details by run id (tests/engine/data/published_run_configs.json)")
+    v = sub.add_parser(
+        "validate", help="predict published runs with their layouts pinned; print the error per row and group",
+        description="Predict every row of published_runs.json-style files with its published layout pinned and "
+                    "print the error per row, per group and per GPU generation and precision (held-out rows, "
+                    "planner/holdout.py, also apart). Without FILE: planner/data/published_runs.json and "
+                    "planner/data/calibration_runs.json with the launch-script details of "
+                    "tests/engine/data/published_run_configs.json. A few seconds for those 349 rows without --search.")
+    v.add_argument("runs", nargs="*", metavar="FILE",
+                   help='a published_runs.json-style file ({"cases": [...]} or a list of rows)')
+    v.add_argument("--configs", help="launch-script details by run id (default with no FILE: "
+                                     "tests/engine/data/published_run_configs.json)")
+    v.add_argument("--json", action="store_true", help="print the whole validation as one JSON object")
+    v.add_argument("--search", action="store_true",
+                   help="also search each modelled row's spec with no layout pinned and report the gain the search "
+                        "claims over the published layout (search_gain). Slow: 0.1-3 s a row, 1-2 minutes for "
+                        "the default files on one core; identical specs are searched once and a spec with more "
+                        f"than {SEARCH_MAX_LAYOUTS:,} candidate layouts is skipped (the row says so)")
     args = parser.parse_args(argv)
     try:
         if args.command == "catalog":
             print(json.dumps({k: sorted(v) for k, v in load_catalog().items()}, indent=2))
             return 0
         if args.command == "validate":
-            return _validate(args.runs, args.configs)
+            return _validate(args)
         if args.rank is not None and args.export is None:
             raise SpecError.one("--rank", "needs --export (the framework whose configuration to print)")
         spec = parse_spec(_read_spec(args.spec), load_catalog())
@@ -50,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(_export(spec, answer, args.export, args.rank or 1))
             return 0
     except SpecError as exc:
-        source = getattr(args, "spec", None) or getattr(args, "runs", "input")
+        source = getattr(args, "spec", None) or " ".join(getattr(args, "runs", None) or ["files"])
         print(f"error: invalid input {source}:", file=sys.stderr)
         for err in exc.errors:
             print(f"  {err}", file=sys.stderr)
@@ -68,14 +84,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _validate(runs: str, configs: str | None) -> int:
-    from .published import compare, error_table, load_overlays, load_rows
-    try:
-        rows = load_rows(runs)
-        overlays = load_overlays(configs) if configs else None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise SpecError.one("runs", f"cannot read {runs}: {exc}") from None
-    print(error_table(compare(rows, overlays=overlays)))
+def _validate(args: argparse.Namespace) -> int:
+    runs, configs = args.runs, args.configs
+    if not runs:
+        runs = list(DEFAULT_RUNS)
+        configs = configs or (DEFAULT_CONFIGS if DEFAULT_CONFIGS.exists() else None)
+    result = validate(runs, search=args.search, configs=configs)
+    if args.json:
+        json.dump(result, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print_validation(result, sys.stdout)
     return 0
 
 
@@ -127,7 +146,10 @@ def print_table(answer: dict[str, Any], out: TextIO) -> None:
     out.write(f"searched {answer['searched']} layouts, {answer['feasible']} feasible, "
               f"in {answer['elapsed_s']:.2f} s\n\n")
     if answer["plans"]:
-        out.write(f"best: {answer['plans'][0]['description']}\n\n")
+        out.write(f"best: {answer['plans'][0]['description']}\n")
+        if answer.get("accuracy"):
+            out.write(f"how far to trust the step time: {answer['accuracy']['statement']}\n")
+        out.write("\n")
         header = f"{'#':>3}  {'layout':<46} {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'GiB':>6}  exposed time (s)\n"
         out.write(header)
         for p in answer["plans"]:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from . import collectives
+from . import accuracy, collectives
 from . import constants as C
 from .compute import Shard, layer_times
 from .memory import GIB, Layouts, memory_per_gpu
@@ -45,6 +45,8 @@ def plan(spec: PlanSpec, top: int = 10) -> dict[str, Any]:
         "elapsed_s": round(time.perf_counter() - started, 4),
         "engine": {"version": C.ENGINE_VERSION,
                    "constants": {**C.as_dict(), **collectives_constants()}},
+        # How far to trust the step times: the measured error on comparable published runs (planner/accuracy.py).
+        "accuracy": accuracy.for_gpu(spec.cluster.gpu.name, spec.training.precision),
     }
 
 

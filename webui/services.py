@@ -21,7 +21,7 @@ from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 import planner
-from planner import PlanSpec, SpecError, parse_spec
+from planner import PlanSpec, SpecError, accuracy, parse_spec
 from planner.catalog import FIXTURES_DIR, Catalog
 from planner.constants import ENGINE_VERSION
 from planner.launch import launch_configs
@@ -309,6 +309,33 @@ def plan_as_dict(*, plan: Plan, launch_rank: int = 1) -> dict[str, Any]:
     if plan.status == Plan.Status.DONE:
         data["result"] = plan.result
         data["launch"] = plan_launch(plan=plan, rank=launch_rank)
+        if isinstance(plan.result, dict) and "accuracy" not in plan.result:  # answered before it was stated
+            data["result"] = {**plan.result, "accuracy": plan_accuracy(plan=plan)}
     if plan.status == Plan.Status.FAILED:
         data["error"] = plan.error
     return data
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Validation: how far to trust the numbers (planner/data/validation.json, written by `make validation`)
+
+
+def plan_accuracy(*, plan: Plan) -> dict[str, Any] | None:
+    """The measured error on published runs like this plan's (same GPU generation and precision): the one the
+    answer states, or, for an answer from before the engine stated it, from the current validation."""
+    if isinstance(plan.result, dict) and isinstance(plan.result.get("accuracy"), dict):
+        return plan.result["accuracy"]
+    spec = plan.spec if isinstance(plan.spec, dict) else {}
+    cluster, training = (s if isinstance(s, dict) else {} for s in (spec.get("cluster"), spec.get("training")))
+    gpu = cluster.get("gpu")
+    name = gpu.get("name") if isinstance(gpu, dict) else gpu
+    return accuracy.for_gpu(str(name or ""), str(training.get("precision") or "bf16"))
+
+
+def validation_read() -> dict[str, Any]:
+    """The stored validation and whether it was measured with the running engine: {"validation": dict or None,
+    "stale": bool, "fingerprint": the running engine's}. Read once per process (the file is a few hundred kB),
+    never computed during a request: `validate` takes 1-2 minutes with the search."""
+    snapshot = accuracy.load_snapshot()
+    return {"validation": snapshot, "stale": snapshot is not None and accuracy.is_stale(snapshot),
+            "fingerprint": accuracy.fingerprint()}

@@ -7,6 +7,7 @@ urlpatterns = [
     path("", views.plan_new, name="plan-new"),
     path("plans/<uuid:code>/", views.plan_detail, name="plan-detail"),
     path("plans/<uuid:code>/retry/", views.plan_retry, name="plan-retry"),
+    path("validation/", views.validation, name="validation"),
     path("api/plans", views.api_plans, name="api-plans"),
     path("api/plans/<uuid:code>", views.api_plan, name="api-plan"),
     path("api/catalog", views.api_catalog, name="api-catalog"),

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from planner import SpecError
 
-from . import charts, services
+from . import charts, services, validation_charts
 from .forms import PlanForm, initial_for
 from .models import Plan
 
@@ -36,6 +36,8 @@ def plan_new(request: HttpRequest) -> HttpResponse:
 def plan_detail(request: HttpRequest, code: str) -> HttpResponse:
     plan = get_object_or_404(Plan, code=code)
     context: dict[str, Any] = {"plan": plan, "figures": charts.plan_figures(plan.result)}
+    if plan.status == Plan.Status.DONE:
+        context["accuracy"] = services.plan_accuracy(plan=plan)
     if plan.status == Plan.Status.QUEUED:
         context["queue_position"] = services.plan_queue_position(plan=plan)
     try:
@@ -50,6 +52,13 @@ def plan_detail(request: HttpRequest, code: str) -> HttpResponse:
 def plan_retry(request: HttpRequest, code: str) -> HttpResponse:
     plan = get_object_or_404(Plan, code=code)
     return redirect(services.plan_retry(plan=plan))
+
+
+@require_GET
+def validation(request: HttpRequest) -> HttpResponse:
+    context = services.validation_read()
+    context["figures"] = validation_charts.validation_figures(context["validation"])
+    return render(request, "webui/validation.html", context)
 
 
 # ---------------------------------------------------------------------------------------------------------

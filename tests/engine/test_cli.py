@@ -113,3 +113,57 @@ def test_a_rank_past_the_plans_found_is_a_field_named_error(tmp_path):
     out = run("plan", str(path), "--export", "deepspeed", "--rank", "2")
     assert out.returncode == 2 and out.stdout == ""
     assert "--rank: must be between 1 and 1 (the feasible plans found), not 2" in out.stderr
+
+
+def test_validate_prints_the_error_per_row_per_group_and_held_out():
+    out = run("validate")  # no file: both reference files with the launch-script details
+    assert out.returncode == 0, out.stderr
+    for text in ("sc21_t1_1008.0B", "llmf_h100bf16L_70b_s2048_g512_gb4096", "by group", "F_llmfoundry_benchmarks",
+                 "by GPU and precision", "H100 bf16", "all rows: median |error|", "held out: median |error|"):
+        assert text in out.stdout, text
+    assert "*sc21_t1_18.4B" in out.stdout  # held-out rows are marked
+
+
+def test_validate_json_over_several_files(tmp_path):
+    rows = json.loads((ROOT / "planner" / "data" / "published_runs.json").read_text())["cases"]
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps({"cases": rows[:3]}))
+    second.write_text(json.dumps(rows[10:12]))  # a bare list of rows is accepted too
+    out = run("validate", str(first), str(second), "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert [r["id"] for r in result["rows"]] == [r["id"] for r in rows[:3] + rows[10:12]]
+    assert [r["file"] for r in result["rows"]] == ["a.json"] * 3 + ["b.json"] * 2
+    s = result["summary"]
+    assert s["rows"] == 5 and s["modelled"] == 5
+    assert s["median_abs_err"] == sorted(abs(r["err"]) for r in result["rows"])[2]
+    assert set(result["groups"]) == {"A_sc21_table1_weak_scaling", "A3_megatron_readme_2020"}
+
+
+def test_validate_search_adds_the_claimed_gain(tmp_path):
+    rows = json.loads((ROOT / "planner" / "data" / "published_runs.json").read_text())["cases"]
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps([r for r in rows if r["id"] == "meg2020_a100_2B"]))
+    out = run("validate", str(path), "--json", "--search")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    gain = result["rows"][0]["search_gain"]
+    assert gain >= 0 and result["summary"]["median_search_gain"] == gain
+    table = run("validate", str(path), "--search")
+    assert "median search gain" in table.stdout and "gain" in table.stdout.splitlines()[0]
+
+
+def test_validate_input_errors_name_the_argument(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"cases": [')
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text('{"runs": []}')
+    cases = [((str(broken),), f"runs: {broken}: invalid JSON at line 1"),
+             ((str(wrong),), f"runs: {wrong}: expected an object with 'cases'"),
+             ((str(wrong), "--configs", str(broken)), f"configs: {broken}: invalid JSON"),
+             ((str(tmp_path / "missing.json"),), "runs: cannot read"),
+             ((str(wrong), "--configs", str(tmp_path / "none.json")), "configs: cannot read")]
+    for args, message in cases:
+        out = run("validate", *args)
+        assert out.returncode == 2 and message in out.stderr, (args, out.stderr)
+        assert "Traceback" not in out.stderr and out.stdout == ""

@@ -77,6 +77,9 @@ def test_a_new_user_plans_a_job_and_shares_the_link(web, worker, seeded, browser
     page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert errors == []
 
+    trust = page.inner_text("#accuracy")  # how far to trust the step time, next to it
+    assert "published H100 BF16 runs" in trust or "No comparable published runs" in trust, trust
+
     # A colleague opens the link: no cookies, no history, the same plan.
     other = browser.new_context().new_page()
     other.goto(plan_url)
@@ -136,4 +139,18 @@ def test_a_plan_on_each_new_gpu_and_fabric_renders_with_launch_configs(web, work
     assert page.evaluate("navigator.clipboard.readText()") == text
     assert "#SBATCH --nodes=2" in text
     page.locator("#launch").screenshot(path=str(SCREENSHOT.with_name("launch-configs.png")))
+
+
+def test_the_validation_page_draws_its_charts(web, seeded, browser):
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(web.url + "/")
+    page.click("text=How far to trust the numbers")
+    page.wait_for_url("**/validation/")
+    for chart in ("scatter", "by-group", "by-cohort"):
+        page.wait_for_selector(f"#chart-{chart} svg.main-svg", timeout=30_000)
+    assert page.locator("#chart-scatter .xtick").count() > 0  # log axes drawn
+    assert "Held out of every fit" in page.inner_text("#summary")
+    page.screenshot(path=str(SCREENSHOT.with_name("validation-page.png")), full_page=True)
     assert errors == []

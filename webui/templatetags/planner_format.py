@@ -85,3 +85,12 @@ def count(value: Any) -> str:
         if abs(x) >= scale:
             return f"{x / scale:.3g}{suffix}"
     return f"{round(x):,}"
+
+
+@register.filter
+def signed_percent(value: Any) -> str:
+    """+4.2% / -12.0%: a signed relative error."""
+    try:
+        return f"{float(value) * 100:+.1f}%"
+    except (TypeError, ValueError):
+        return "–"

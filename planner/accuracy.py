@@ -1,0 +1,119 @@
+"""How far to trust a plan's step time: the model's measured error on comparable published runs.
+
+`python -m planner validate --json --search` measures the engine against published runs; its output, kept as
+`planner/data/validation.json` (`make validation` writes it), is what this module reads. A plan's answer then
+states the median error over the published runs of the same GPU generation and precision, or says plainly that
+none exist. The snapshot records a fingerprint of everything that moves the numbers (engine code, reference
+data, catalog); `fingerprint()` recomputes it, so a stale snapshot is flagged, never served silently.
+Also home of the two normalisers (GPU generation, precision) that group published rows and plans alike.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+PLANNER_DIR = Path(__file__).resolve().parent
+ROOT = PLANNER_DIR.parent
+SNAPSHOT = PLANNER_DIR / "data" / "validation.json"
+# Launch-script details of published_runs.json rows (micro-batch, interleaving, gradient-overlap), by run id.
+DEFAULT_CONFIGS = ROOT / "tests" / "engine" / "data" / "published_run_configs.json"
+
+# Longest name first, so that "GB200" is not read as "B200" nor "GB300" as "B300".
+GENERATIONS = ("GB300", "GB200", "B300", "B200", "H200", "H800", "H100", "A100", "V100")
+# GPUs without BF16 tensor cores, or whose published runs of the era trained in FP16 when the row only says
+# "16-bit" or nothing (Megatron-LM trained GPT in FP16 until 2021): the rule planner/published.py applies.
+FP16_ERA = ("V100", "A100")
+
+
+def generation(text: str | None) -> str | None:
+    """The GPU generation named in free text ("H100-80GB (table: h100_80gb)" -> "H100"), or None."""
+    upper = (text or "").upper()
+    return next((g for g in GENERATIONS if g in upper), None)
+
+
+def precision(text: str | None, gpu_generation: str | None) -> str:
+    """bf16, fp16 or fp8 from a row's free-text precision. FP8 in any form (MXFP8, Float8, blockwise) is fp8;
+    an explicit BF16 wins over FP16 ("FP16/BF16 ... trains bf16"); "16-bit", "mixed" or nothing is fp16 on the
+    FP16-era GPUs and bf16 on later ones."""
+    lower = (text or "").lower()
+    if "fp8" in lower or "float8" in lower:
+        return "fp8"
+    if any(word in lower for word in ("bf16", "bfloat16", "bfsixteen")):
+        return "bf16"
+    if "fp16" in lower or "float16" in lower:
+        return "fp16"
+    return "fp16" if gpu_generation in FP16_ERA else "bf16"
+
+
+def cohort(gpu_generation: str | None, prec: str) -> str:
+    """The key of a generation-precision cohort: "H100 bf16"."""
+    return f"{gpu_generation or 'other'} {prec}"
+
+
+def number_files() -> list[Path]:
+    """Every file whose content can move a validation figure: the engine (not its command line), the reference
+    data, the hardware catalog and the launch-script details."""
+    code = [p for p in sorted(PLANNER_DIR.glob("*.py")) if p.name not in ("cli.py", "__main__.py")]
+    data = [p for p in sorted((PLANNER_DIR / "data").glob("*.json")) if p != SNAPSHOT]
+    fixtures = sorted((ROOT / "fixtures").glob("*.json"))
+    return code + data + fixtures + ([DEFAULT_CONFIGS] if DEFAULT_CONFIGS.exists() else [])
+
+
+@lru_cache(maxsize=1)
+def fingerprint() -> str:
+    """sha256 (first 16 hex digits) over the files that move the numbers, by path relative to the repository."""
+    digest = hashlib.sha256()
+    for path in number_files():
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def load_snapshot(path: Path | str | None = None) -> dict[str, Any] | None:
+    """The stored validation (SNAPSHOT unless given), or None when there is none or it is not readable JSON."""
+    path = Path(path or SNAPSHOT)
+    try:
+        return _load(str(path), path.stat().st_mtime_ns)
+    except (OSError, ValueError):
+        return None
+
+
+@lru_cache(maxsize=4)
+def _load(path: str, mtime_ns: int) -> dict[str, Any]:  # cached per file version: read once per process
+    return json.loads(Path(path).read_text())
+
+
+def is_stale(snapshot: dict[str, Any]) -> bool:
+    return (snapshot.get("engine") or {}).get("fingerprint") != fingerprint()
+
+
+def for_gpu(gpu_name: str, prec: str, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The measured error on published runs of the same GPU generation and precision, with a sentence saying it:
+    "±7%: median over 23 published H100 BF16 runs", or that no comparable published runs exist."""
+    snapshot = snapshot if snapshot is not None else load_snapshot()
+    gen = generation(gpu_name)
+    who = f"{gen or gpu_name} {prec.upper()}"
+    out: dict[str, Any] = {"generation": gen, "precision": prec, "runs": 0, "median_abs_err": None,
+                           "max_abs_err": None, "not_modelled": 0}
+    if snapshot is None:
+        return {**out, "statement": "Not validated: this installation has no validation snapshot "
+                                    "(make validation writes planner/data/validation.json)."}
+    figures = (snapshot.get("by_generation_precision") or {}).get(cohort(gen, prec)) if gen else None
+    out["measured_with"] = {**(snapshot.get("engine") or {}), "stale": is_stale(snapshot)}
+    if not figures or not figures.get("modelled"):
+        where = f"{who} runs" if gen else f"runs on a GPU like {gpu_name!r} (no known generation in its name)"
+        out["statement"] = f"No comparable published runs: the model has not been checked against {where}."
+        return out
+    modelled = figures["modelled"]
+    out.update(runs=modelled, median_abs_err=figures["median_abs_err"], max_abs_err=figures["max_abs_err"],
+               not_modelled=figures["measured"] - modelled)
+    text = (f"±{figures['median_abs_err']:.0%}: median over {modelled} published {who} "
+            f"run{'s' if modelled != 1 else ''} (worst {figures['max_abs_err']:.0%})")
+    if out["not_modelled"]:
+        text += f"; {out['not_modelled']} more such runs could not be modelled"
+    if out["measured_with"]["stale"]:
+        text += "; measured with an earlier build of the engine"
+    out["statement"] = text + "."
+    return out

@@ -1,0 +1,179 @@
+"""Validation as a product feature: the figures, their JSON shape, the search gain, the cohort statement a plan
+quotes, and the stored snapshot kept current with the engine."""
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from planner import accuracy, parse_spec, plan
+from planner.holdout import is_holdout
+from planner.published import load_overlays, load_rows, row_to_spec_doc
+from planner.validation import DEFAULT_CONFIGS, DEFAULT_RUNS, validate
+
+from .conftest import DATA, example
+
+# Megatron-LM's 2020 README runs on V100 and A100: two held out of every fit (planner/holdout.py), two not.
+SMALL = ("meg2020_v100_1B", "meg2020_a100_1B", "meg2020_v100_4B", "meg2020_a100_dp128_4B")
+PUBLISHED_STEP_S = {"meg2020_v100_1B": 1.121, "meg2020_a100_1B": 1.076, "meg2020_v100_4B": 1.238,
+                    "meg2020_a100_dp128_4B": 1.242}
+
+
+def published(*ids: str) -> list[dict]:
+    rows = {r["id"]: r for r in load_rows(DATA / "published_runs.json")}
+    return [copy.deepcopy(rows[i]) for i in ids]
+
+
+@pytest.fixture
+def small_file(tmp_path) -> Path:
+    """Four real rows, one that cannot become a spec (no vocabulary) and one that states no throughput."""
+    rows = published(*SMALL)
+    broken = dict(published("meg2020_a100_2B")[0], id="no_vocab", vocab=None)
+    silent = published("meg2020_a100_8B")[0]
+    for key in ("step_time_s", "tflops_per_gpu", "mfu_percent", "tokens_per_sec_per_gpu", "derived"):
+        silent.pop(key, None)
+    silent["id"] = "no_throughput"
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps({"cases": [*rows, broken, silent]}))
+    return path
+
+
+@pytest.fixture
+def small(small_file, catalog) -> dict:
+    return validate([small_file], catalog=catalog)
+
+
+def test_each_row_is_compared_with_its_published_step_time(small):
+    rows = {r["id"]: r for r in small["rows"]}
+    for run_id, measured in PUBLISHED_STEP_S.items():
+        r = rows[run_id]
+        assert r["measured_s"] == pytest.approx(measured, rel=1e-3)
+        assert r["err"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1, abs=1e-5)
+        assert r["layout"].startswith("TP")
+    assert rows["meg2020_v100_1B"]["generation"] == "V100" and rows["meg2020_a100_1B"]["generation"] == "A100"
+    assert {r["precision"] for r in small["rows"]} == {"fp16"}  # "16-bit" on V100/A100: Megatron trained FP16
+    assert rows["no_vocab"]["predicted_s"] is None and rows["no_vocab"]["why"].startswith("no spec: model.vocab")
+    assert rows["no_throughput"]["measured_s"] is None and "no step time" in rows["no_throughput"]["why"]
+
+
+def test_the_figures_summarise_the_modelled_rows(small):
+    errs = [r["err"] for r in small["rows"] if r["id"] in PUBLISHED_STEP_S]
+    s = small["summary"]
+    assert (s["rows"], s["measured"], s["modelled"]) == (6, 5, 4)
+    assert s["median_abs_err"] == pytest.approx(statistics.median(abs(e) for e in errs), abs=1e-6)
+    assert s["max_abs_err"] == pytest.approx(max(abs(e) for e in errs), abs=1e-6)
+    assert s["within_10pct"] == pytest.approx(sum(abs(e) <= 0.10 for e in errs) / 4)
+    assert s["too_fast"] == sum(e < 0 for e in errs)
+    assert "median_search_gain" not in s
+
+
+def test_held_out_rows_are_summarised_apart(small):
+    held = [r for r in small["rows"] if r["holdout"]]
+    assert {r["id"] for r in held} == {"meg2020_v100_4B", "meg2020_a100_dp128_4B"}
+    assert all(r["holdout"] == is_holdout(r["id"]) for r in small["rows"])
+    errs = [abs(r["err"]) for r in held]
+    assert small["holdout"]["modelled"] == 2
+    assert small["holdout"]["median_abs_err"] == pytest.approx(statistics.median(errs), abs=1e-6)
+
+
+def test_figures_by_group_and_by_gpu_generation_and_precision(small):
+    assert set(small["groups"]) == {"A3_megatron_readme_2020"}
+    assert small["groups"]["A3_megatron_readme_2020"]["modelled"] == 4
+    cohorts = small["by_generation_precision"]
+    assert set(cohorts) == {"V100 fp16", "A100 fp16"}
+    assert cohorts["V100 fp16"]["modelled"] == 2 and cohorts["A100 fp16"]["modelled"] == 2
+    v100 = [abs(r["err"]) for r in small["rows"] if r["generation"] == "V100"]
+    assert cohorts["V100 fp16"]["max_abs_err"] == pytest.approx(max(v100), abs=1e-6)
+
+
+def test_the_answer_is_plain_json_with_the_constants_and_their_sources(small):
+    text = json.dumps(small, allow_nan=False)  # no NaN, no numpy scalars
+    assert json.loads(text) == small
+    assert set(small) >= {"engine", "summary", "holdout", "groups", "by_generation_precision", "rows", "constants"}
+    row = small["rows"][0]
+    assert set(row) >= {"id", "group", "file", "generation", "precision", "gpus", "measured_s", "predicted_s",
+                        "err", "layout", "why", "holdout"}
+    assert row["file"] == "small.json"
+    engine = {c["name"]: c for c in small["constants"]["engine"]}
+    assert "Rajbhandari" in engine["ADAM_BYTES_PER_PARAM"]["source"]
+    assert engine["ADAM_BYTES_PER_PARAM"]["module"] == "planner.constants"
+    assert engine["GEMM_TILE_N"]["source"] == engine["GEMM_TILE_M"]["source"] != ""  # one comment, two constants
+    assert "busbw" in engine["NVLINK_RING_EFF"]["source"]  # the collectives' efficiencies too
+    assert [c["name"] for c in engine.values() if not c["source"]] == []
+    gpus = {g["name"]: g for g in small["constants"]["gpus"]}
+    assert gpus["H100 SXM5 80GB"]["peak_tflops"] > 900 and "datasheet" in gpus["H100 SXM5 80GB"]["source"].lower()
+
+
+def test_search_gain_is_the_published_layouts_step_over_the_best_unpinned_one(tmp_path, catalog):
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(published("meg2020_a100_1B")))
+    result = validate([path], search=True, catalog=catalog)
+    [row] = result["rows"]
+    doc = row_to_spec_doc(published("meg2020_a100_1B")[0], catalog)
+    del doc["layout"]
+    best = plan(parse_spec(doc, catalog), top=1)["plans"][0]
+    assert row["search_layout"] == best["label"]
+    assert row["search_gain"] == pytest.approx(row["predicted_s"] / best["step_time_s"] - 1, abs=1e-5)
+    assert row["search_gain"] >= 0  # the published layout is one the unpinned search also costs
+    assert result["summary"]["median_search_gain"] == row["search_gain"] and result["summary"]["searched"] == 1
+
+
+@pytest.mark.parametrize("text, generation", [
+    ("H100-80GB (table: h100_80gb; MFU computed with H100-SXM peak)", "H100"), ("GB300 (Blackwell Ultra)", "GB300"),
+    ("GB200", "GB200"), ("B200", "B200"), ("B300 (Blackwell Ultra)", "B300"), ("V100 (DGX-2)", "V100"),
+    ("A100 (DGX-A100 cluster)", "A100"), ("H800", "H800"), ("H200 SXM 141GB", "H200"), ("MI300X", None), (None, None)])
+def test_the_gpu_generation_is_read_from_free_text(text, generation):
+    assert accuracy.generation(text) == generation
+
+
+@pytest.mark.parametrize("text, gpu, prec", [
+    ("MXFP8 (fp8_format e4m3, fp8_recipe mxfp8; with bf16: true)", "GB200", "fp8"),
+    ("FP8 linear layers via torchao Float8Linear; attention and other ops BF16", "H100", "fp8"),
+    ("BF16 (FSDP MixedPrecision bfSixteen: param/reduce/buffer bf16)", "H100", "bf16"),
+    ("FP16/BF16 (paper: 312 TFLOP/s FP16/BF16 matmul peak; repo trains bf16 by default)", "A100", "bf16"),
+    ("mixed (16-bit)", "A100", "fp16"), (None, "V100", "fp16"), (None, "H100", "bf16"), ("fp16", "H100", "fp16")])
+def test_the_precision_is_read_from_free_text(text, gpu, prec):
+    assert accuracy.precision(text, gpu) == prec
+
+
+def test_a_plan_quotes_the_error_on_runs_of_its_gpu_generation_and_precision(small):
+    a100 = small["by_generation_precision"]["A100 fp16"]
+    found = accuracy.for_gpu("A100 SXM4 80GB", "fp16", small)
+    assert found["runs"] == 2 and found["median_abs_err"] == a100["median_abs_err"]
+    assert found["statement"].startswith(f"±{a100['median_abs_err']:.0%}: median over 2 published A100 FP16 runs")
+    assert found["measured_with"]["stale"] is False
+    none = accuracy.for_gpu("B200", "fp8", small)
+    assert none["runs"] == 0 and none["statement"].startswith("No comparable published runs")
+    assert "B200 FP8" in none["statement"]
+
+
+def test_figures_from_another_engine_build_are_flagged(small):
+    other = dict(small, engine={"version": "0.9", "fingerprint": "0000000000000000"})
+    found = accuracy.for_gpu("V100 SXM3 32GB", "fp16", other)
+    assert found["measured_with"]["stale"] is True and "earlier build of the engine" in found["statement"]
+
+
+def test_every_answer_states_how_far_to_trust_its_step_time():
+    answer = plan(parse_spec(example("llama3-70b-h100-512-pinned")), top=1)
+    stated = answer["accuracy"]
+    assert (stated["generation"], stated["precision"]) == ("H100", "bf16")
+    snapshot = accuracy.load_snapshot()
+    assert stated["runs"] == snapshot["by_generation_precision"]["H100 bf16"]["modelled"] > 0
+    assert "published H100 BF16 runs" in stated["statement"]
+
+
+def test_the_stored_validation_is_measured_with_this_engine(catalog):
+    """planner/data/validation.json feeds the /validation/ page and every plan's error statement. When the
+    engine, its data or the catalog change, run `make validation` to measure again."""
+    snapshot = accuracy.load_snapshot()
+    assert snapshot is not None, "no planner/data/validation.json: run `make validation`"
+    assert snapshot["engine"]["fingerprint"] == accuracy.fingerprint(), "stale: run `make validation`"
+    assert snapshot["files"] == ["planner/data/published_runs.json", "planner/data/calibration_runs.json"]
+    assert snapshot["search"] is True
+    again = validate(DEFAULT_RUNS, configs=DEFAULT_CONFIGS, catalog=catalog)
+    keep = ("id", "measured_s", "predicted_s", "err", "layout")
+    assert [{k: r[k] for k in keep} for r in again["rows"]] == [{k: r[k] for k in keep} for r in snapshot["rows"]]
+    assert load_overlays(DEFAULT_CONFIGS)  # the launch-script details the snapshot used

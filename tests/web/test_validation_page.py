@@ -1,0 +1,107 @@
+"""The /validation/ page (from the stored validation, planner/data/validation.json) and the error statement on
+every plan page and API answer."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner import accuracy
+from webui import services
+from webui.models import Plan
+from webui.validation_charts import predicted_vs_measured, validation_figures
+
+from .test_views import make_plan
+
+pytestmark = pytest.mark.django_db
+
+
+def figures_of(page: str) -> dict:
+    start = page.index('<script id="figures-data" type="application/json">') + len(
+        '<script id="figures-data" type="application/json">')
+    return json.loads(page[start:page.index("</script>", start)])
+
+
+def test_the_validation_page_shows_the_figures_charts_and_constants(client):
+    snapshot = accuracy.load_snapshot()
+    response = client.get("/validation/")
+    page = response.content.decode()
+    assert response.status_code == 200
+    for chart in ("scatter", "by-group", "by-cohort"):
+        assert f'id="chart-{chart}"' in page, chart
+    assert "/static/plotly/plotly.min." in page and "/static/webui/validation." in page
+    assert 'id="summary"' in page and 'id="holdout"' in page and "Held out of every fit" in page
+    assert f"build {snapshot['engine']['fingerprint']}" in page and 'id="stale"' not in page
+    for group in snapshot["groups"]:
+        assert group in page
+    assert "H100 bf16" in page and "ADAM_BYTES_PER_PARAM" in page and "NVIDIA V100 datasheet" in page
+    held = snapshot["holdout"]
+    assert f"<td>{held['rows']}</td><td>{held['measured']}</td><td>{held['modelled']}</td>" in page
+    figures = figures_of(page)
+    assert figures["scatter"]["layout"]["xaxis"]["type"] == "log"
+
+
+def test_the_scatter_has_every_modelled_run_the_diagonal_and_the_band():
+    snapshot = accuracy.load_snapshot()
+    figure = predicted_vs_measured(snapshot)
+    band, diagonal, *groups = figure["data"]
+    assert band["name"] == "±10%" and band["fill"] == "toself"
+    assert band["y"][1] == pytest.approx(band["x"][1] * 0.9) and band["y"][2] == pytest.approx(band["x"][2] * 1.1)
+    assert diagonal["x"] == diagonal["y"]
+    assert sum(len(g["x"]) for g in groups) == snapshot["summary"]["modelled"]
+    points = {cd[0]: (x, y) for g in groups for cd, x, y in zip(g["customdata"], g["x"], g["y"])}
+    row = next(r for r in snapshot["rows"] if r["err"] is not None)
+    assert points[row["id"]] == (row["measured_s"], row["predicted_s"])  # hover names the run
+    assert figure["layout"]["yaxis"]["type"] == "log"
+
+
+def test_figures_measured_with_another_engine_build_are_flagged(client, tmp_path, monkeypatch):
+    stale = tmp_path / "validation.json"
+    snapshot = json.loads(accuracy.SNAPSHOT.read_text())
+    snapshot["engine"]["fingerprint"] = "0000000000000000"
+    stale.write_text(json.dumps(snapshot))
+    monkeypatch.setattr(accuracy, "SNAPSHOT", stale)
+    page = client.get("/validation/").content.decode()
+    assert 'id="stale"' in page and "make validation" in page and accuracy.fingerprint() in page
+
+
+def test_without_a_stored_validation_the_page_says_how_to_make_one(client, tmp_path, monkeypatch):
+    monkeypatch.setattr(accuracy, "SNAPSHOT", tmp_path / "none.json")
+    response = client.get("/validation/")
+    assert response.status_code == 200 and "make validation" in response.content.decode()
+    assert validation_figures(None) == {}
+
+
+def test_every_page_links_to_the_validation(client, seeded):
+    assert 'href="/validation/"' in client.get("/").content.decode()
+
+
+def test_a_plan_page_states_the_error_on_comparable_published_runs(client, small_spec, seeded):
+    plan = services.plan_run(plan_id=make_plan(small_spec).pk)
+    stated = plan.result["accuracy"]
+    cohort = accuracy.load_snapshot()["by_generation_precision"]["H100 bf16"]
+    assert stated["runs"] == cohort["modelled"] and stated["median_abs_err"] == cohort["median_abs_err"]
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert 'id="accuracy"' in page and "How far to trust the step time" in page
+    assert stated["statement"].replace("'", "&#x27;") in page
+    assert f"median over {cohort['modelled']} published H100 BF16 runs" in page
+    assert f"±{round(cohort['median_abs_err'] * 100)}% on {cohort['modelled']} published runs</small>" in page
+    body = client.get(f"/api/plans/{plan.code}").json()
+    assert body["result"]["accuracy"]["statement"] == stated["statement"]
+
+
+def test_a_plan_answered_before_the_statement_existed_still_states_it(client, small_spec, seeded):
+    plan = services.plan_run(plan_id=make_plan(small_spec).pk)
+    Plan.objects.filter(pk=plan.pk).update(result={k: v for k, v in plan.result.items() if k != "accuracy"})
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert "median over" in page and "published H100 BF16 runs" in page
+    assert "median over" in client.get(f"/api/plans/{plan.code}").json()["result"]["accuracy"]["statement"]
+
+
+def test_a_custom_gpu_plan_says_no_comparable_runs_exist(client, small_spec, seeded):
+    small_spec["cluster"]["gpu"] = {"name": "Prototype X", "peak_tflops": 500, "memory_gib": 96,
+                                    "memory_gbytes_per_s": 3000}
+    plan = services.plan_run(plan_id=make_plan(small_spec).pk)
+    assert plan.status == "done", plan.error
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert "No comparable published runs" in page
