@@ -21,7 +21,7 @@ from .memory import GIB, RECOMPUTE_CODES, Layouts, memory_per_gpu
 from .model import ParamCount, param_count
 from .placement import Placement, PlacementRejected, place
 from .spec import RANK_ORDERS, RECOMPUTE, PlanSpec
-from .steptime import step_times
+from .steptime import group_columns, step_times
 
 MAX_MICRO_BATCH = 64     # larger micro-batches never help at these model sizes and only grow the search
 MAX_VPP = 16
@@ -217,25 +217,41 @@ def evaluate(spec: PlanSpec, pc: ParamCount, lay: Layouts, rejected: Rejections)
                                       f"{spec.cluster.gpu.memory_gib:g}", int((~fits).sum()))
     lay, total = lay.take(fits), total[fits]
     lt = layer_times(spec.model, spec.cluster.gpu, spec.training, Shard(lay.tp, lay.cp, lay.ep, lay.micro_batch, lay.sp))
-    step = np.full(len(lay), np.inf)
+    keys, which = placement_keys(lay)
+    counts = np.bincount(which, minlength=len(keys))
     placements: dict[tuple, Placement] = {}
-    for key, idx in _groups(lay).items():
+    for key, count in zip(keys, counts, strict=True):
         try:
-            placements[key] = placement = place(spec.cluster, *key[:5], RANK_ORDERS[key[5]])
+            placements[key] = place(spec.cluster, *key[:5], RANK_ORDERS[key[5]])
         except PlacementRejected as exc:
-            rejected.add(exc.reason, exc.message, len(idx))
-            continue
-        step[idx] = step_times(spec, pc, lay.take(idx), placement, _take(lt, idx)).step
+            rejected.add(exc.reason, exc.message, int(count))
+    placed = np.array([key in placements for key in keys], dtype=bool)
+    idx = np.flatnonzero(placed[which])
+    compact = np.cumsum(placed) - 1  # key index -> index among the placed keys
+    step = np.full(len(lay), np.inf)
+    columns = group_columns(list(placements.values()), compact[which[idx]])
+    step[idx] = step_times(spec, pc, lay.take(idx), columns, _take(lt, idx)).step
     ok = np.isfinite(step)
     return Evaluation(lay.take(ok), step[ok], total[ok], placements)
 
 
-def _groups(lay: Layouts) -> dict[tuple, np.ndarray]:
-    keys = np.stack([lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.order], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
-    return {tuple(int(v) for v in u): order[bounds[i]:bounds[i + 1]] for i, u in enumerate(uniq)}
+def placement_keys(lay: Layouts) -> tuple[list[tuple], np.ndarray]:
+    """The distinct (tp, cp, dp, pp, ep, order) of the candidates in lexicographic order, and each candidate's
+    index into them: one mixed-radix code per candidate, so one sort of integers."""
+    cols = [lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.order]
+    if not len(lay):
+        return [], np.zeros(0, dtype=np.intp)
+    spans = [int(c.max() - c.min()) + 1 for c in cols]
+    if math.prod(spans) < 2**62:
+        digits = [c - c.min() for c in cols]
+    else:  # sparse values: number the distinct ones of each column first
+        digits = [np.unique(c, return_inverse=True)[1].reshape(-1) for c in cols]
+        spans = [int(d.max()) + 1 for d in digits]
+    code = np.zeros(len(lay), dtype=np.int64)
+    for d, span in zip(digits, spans, strict=True):
+        code = code * span + d
+    _, first, which = np.unique(code, return_index=True, return_inverse=True)
+    return [tuple(int(c[i]) for c in cols) for i in first], which.reshape(-1)
 
 
 def _take(lt: LayerTimes, idx: np.ndarray) -> LayerTimes:
