@@ -236,7 +236,9 @@ class OptionTable:
     names: tuple[tuple[tuple[str, str], ...], ...]  # per group and option: (algorithm, protocol)
 
     def fabrics_of(self, rows: np.ndarray) -> list[str]:
-        return sorted(set().union(*(self.fabrics[r] for r in np.unique(rows))))
+        """The fabrics any of these groups reports, sorted."""
+        used = np.flatnonzero(np.bincount(rows, minlength=len(self.fabrics)))
+        return sorted(set().union(*(self.fabrics[r] for r in used)))
 
     def largest(self, size: np.ndarray, rows: np.ndarray, best: np.ndarray, active: np.ndarray) -> tuple[str, str]:
         """Algorithm and protocol chosen for the largest message of an active group."""
@@ -257,8 +259,8 @@ def option_table(op: str, groups: tuple[GroupPlacement, ...], cluster: ClusterSp
     grid = lambda f: np.array([[f(o) for o in opts] + [0.0] * (width - len(opts)) for opts in options],  # noqa: E731
                               dtype=float).reshape(len(groups), width)
     return OptionTable(
-        op, np.array([g.size > 1 for g in groups]), np.array([g.fabric for g in groups]),
-        np.array([bus_factor(op, max(1, g.size)) for g in groups]),
+        op, np.array([g.size > 1 for g in groups], dtype=bool), np.array([g.fabric for g in groups], dtype=object),
+        np.array([bus_factor(op, max(1, g.size)) for g in groups], dtype=float),
         grid(lambda o: 1.0).astype(bool), grid(lambda o: sum(o.latency_us.values())), grid(lambda o: o.s_per_byte),
         grid(_half),
         {f: FabricColumn(grid(lambda o, f=f: o.latency_us.get(f, 0.0)), grid(lambda o, f=f: o.share.get(f, 0.0)))

@@ -119,9 +119,10 @@ def recompute_options(spec: PlanSpec) -> list[str]:
     return list(RECOMPUTE) if spec.training.attention == "unfused" else ["none", "full"]
 
 
-def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vpp: int, rc: str, sp: bool,
-                 zero: int) -> tuple[str, str] | None:
-    """Checks on the inner axes; only pins can break the first few, as the generators never offer them."""
+def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vpp: int, sp: bool
+                 ) -> tuple[str, str] | None:
+    """Checks on the inner axes; only pins can break the first few, as the generators never offer them.
+    Recomputation, ZeRO stage and rank order break none of them."""
     m, b = spec.model, spec.training.global_batch
     if (b // dp) % mb:
         return "micro_batch_does_not_divide", f"micro-batch {mb} does not divide the {b // dp} sequences per replica"
@@ -161,36 +162,57 @@ def structures(spec: PlanSpec):
 
 def enumerate_layouts(spec: PlanSpec, rejected: Rejections) -> Layouts:
     """Every layout the pins allow, minus the structurally infeasible ones (counted in `rejected`)."""
-    rows: list[tuple] = []
+    blocks: list[np.ndarray] = []
     for tp, pp, cp, dp, why in structures(spec):
         if why:
             rejected.add(*why)
         else:
-            rows.extend(_inner(spec, tp, pp, cp, dp, rejected))
-    return _layouts(rows)
+            blocks.append(_inner(spec, tp, pp, cp, dp, rejected))
+    return _layouts(np.concatenate(blocks) if blocks else np.zeros((0, 11), dtype=np.int64))
 
 
-def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejections) -> list[tuple]:
+def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejections) -> np.ndarray:
+    """The inner axes' product (itertools.product order) as rows of _layouts, minus those inner_reason rejects,
+    which are counted in product order. inner_reason reads only EP, micro-batch, VPP and SP, so it runs once per
+    combination of those and numpy spreads its verdict over the other axes."""
     pin = spec.layout
     axes = (ep_options(spec, dp), micro_batch_options(spec, dp), vpp_options(spec, pp),
-            _pinned(recompute_options(spec), pin.recompute),
+            [RECOMPUTE_CODES[rc] for rc in _pinned(recompute_options(spec), pin.recompute)],
             _pinned([False, True] if tp > 1 else [False], pin.sequence_parallel),
             _pinned([0, 1, 2, 3] if dp * cp > 1 else [0], pin.zero),
-            _pinned(list(RANK_ORDERS) if pp > 1 and dp > 1 else [RANK_ORDERS[0]], pin.rank_order))
+            [RANK_ORDERS.index(o) for o in _pinned(list(RANK_ORDERS) if pp > 1 and dp > 1 else [RANK_ORDERS[0]],
+                                                    pin.rank_order)])
     if math.prod(len(a) for a in axes) > MAX_CANDIDATES:
         axes = (axes[0], axes[1][:8], *axes[2:])  # bound the work; micro-batches beyond 8 options add nothing
-    out = []
-    for ep, mb, vpp, rc, sp, zero, order in itertools.product(*axes):
-        if why := inner_reason(spec, tp, pp, dp, ep, mb, vpp, rc, sp, zero):
-            rejected.add(*why)
-            continue
-        out.append((tp, pp, dp, cp, ep, mb, vpp, RECOMPUTE_CODES[rc], sp, zero, RANK_ORDERS.index(order)))
-    return out
+    shape = tuple(len(a) for a in axes)
+    whys = [inner_reason(spec, tp, pp, dp, ep, mb, vpp, sp)
+            for ep, mb, vpp, sp in itertools.product(axes[0], axes[1], axes[2], axes[4])]
+    codes = {w[0]: i + 1 for i, w in reversed(list(enumerate(w for w in whys if w)))}  # reason -> first one's
+    verdict = np.array([codes[w[0]] if w else 0 for w in whys], dtype=np.int64)
+    verdict = np.broadcast_to(verdict.reshape(shape[0], shape[1], shape[2], 1, shape[4], 1, 1), shape).reshape(-1)
+    _count_inner(rejected, verdict, [w for w in whys if w])
+    pick = np.indices(shape).reshape(len(shape), -1)[:, verdict == 0]
+    cols = [np.asarray(a, dtype=np.int64)[i] for a, i in zip(axes, pick, strict=True)]
+    fixed = [np.full(pick.shape[1], v, dtype=np.int64) for v in (tp, pp, dp, cp)]
+    return np.stack([*fixed, *cols[:3], cols[3], cols[4], cols[5], cols[6]], axis=1)
 
 
-def _layouts(rows: list[tuple]) -> Layouts:
-    arr = np.array(rows, dtype=np.int64).reshape(-1, 11)
-    cols = arr.T
+def _count_inner(rejected: Rejections, verdict: np.ndarray, failed: list[tuple[str, str]]) -> None:
+    """Count rejections as one add per layout in product order would: reasons in order of first occurrence,
+    each with its first layout's message. verdict: 0 accepted, else 1 + the index in `failed` of a failing
+    combination whose reason it is (the first such)."""
+    bad = verdict[verdict > 0]
+    if not bad.size:
+        return
+    first_code, first_at, counts = np.unique(bad, return_index=True, return_counts=True)
+    for k in np.argsort(first_at, kind="stable"):
+        reason, message = failed[int(first_code[k]) - 1]
+        rejected.add(reason, message, int(counts[k]))
+
+
+def _layouts(rows: np.ndarray) -> Layouts:
+    """Rows of (tp, pp, dp, cp, ep, micro_batch, vpp, recompute code, sp, zero, rank order index)."""
+    cols = rows.T
     return Layouts(tp=cols[0], pp=cols[1], dp=cols[2], cp=cols[3], ep=cols[4], micro_batch=cols[5],
                    vpp=cols[6], recompute=cols[7], sp=cols[8].astype(bool), zero=cols[9], order=cols[10])
 
