@@ -126,15 +126,24 @@ def _stage_compute(spec: PlanSpec, lay: Layouts, lt: LayerTimes) -> tuple[np.nda
 def _collective(spec: PlanSpec, placement: dict[str, GroupColumn], group: str, op: str, nbytes: np.ndarray,
                 calls: np.ndarray, over: str = "") -> Collective:
     """Cost `calls` calls of `op` for `group`'s purpose, run over the ranks of group `over` (default: `group`),
-    each moving `nbytes` (nccl-tests size convention). On a group of one GPU there is no call."""
+    each moving `nbytes` (nccl-tests size convention). On a group of one GPU there is no call. Only the
+    candidates that make calls are costed (the others' totals are zero whatever one call would cost)."""
     col = placement[over or group]
     nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), col.index.shape)
     table = col.table(op, spec.cluster)
-    cost = collective_costs(table, nbytes, col.index)
     calls = np.where(table.active[col.index], calls, 0.0)
-    total = cost.time_s * calls
-    by_fabric = {fab: t * calls for fab, t in cost.by_fabric.items()}
-    return Collective(group, op, nbytes, calls, total, total.copy(), by_fabric, cost.algorithm, over)
+    busy = np.flatnonzero(calls > 0)
+    cost = collective_costs(table, nbytes[busy], col.index[busy])
+    total = _spread(cost.time_s * calls[busy], busy, len(calls))
+    by_fabric = {fab: _spread(t * calls[busy], busy, len(calls)) for fab, t in cost.by_fabric.items()}
+    return Collective(group, op, nbytes, calls, total, total.copy(), by_fabric,
+                      cost.algorithm if busy.size else "none", over)
+
+
+def _spread(values: np.ndarray, where: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros(n)
+    out[where] = values
+    return out
 
 
 def _tp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], tokens: np.ndarray, n: np.ndarray,
