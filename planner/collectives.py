@@ -174,9 +174,28 @@ def collective_time(op: str, nbytes: np.ndarray | float, group: GroupPlacement,
 def collective_costs(table: OptionTable, nbytes: np.ndarray, which: np.ndarray,
                      factor: float | np.ndarray | None = None) -> CollectiveCost:
     """`table.op` for many candidates at once: candidate i moves nbytes[i] on group `which[i]` of `table`. The
-    same arithmetic as one group at a time, on (candidate, option) arrays; a group of one GPU costs nothing."""
+    same arithmetic as one group at a time, on (candidate, option) arrays; a group of one GPU costs nothing.
+    Neighbours with the same group and size are costed once (callers order candidates to make such runs)."""
     size = _sizes(nbytes)
     flat, rows = size.reshape(-1), np.broadcast_to(which, size.shape).reshape(-1)
+    starts, run = _runs(flat, rows)
+    time_s, by_fabric, best = _costs(table, flat[starts], rows[starts])
+    active = table.active[rows]
+    algorithm, protocol = table.largest(flat, rows, best[run], active)
+    return CollectiveCost(time_s[run].reshape(size.shape), {f: t[run].reshape(size.shape) for f, t in by_fabric.items()},
+                          algorithm, protocol, size, table.factor[rows].reshape(size.shape) if factor is None else factor)
+
+
+def _runs(flat: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First index of each run of equal (size, group) neighbours, and each candidate's run."""
+    new = np.ones(len(flat), dtype=bool)
+    new[1:] = (flat[1:] != flat[:-1]) | (rows[1:] != rows[:-1])
+    return np.flatnonzero(new), np.cumsum(new) - 1
+
+
+def _costs(table: OptionTable, flat: np.ndarray, rows: np.ndarray
+           ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+    """Seconds per call, seconds by fabric and the chosen option of each (size, group), argmin over options."""
     with np.errstate(divide="ignore", invalid="ignore"):
         half = table.half[rows]
         fill = np.where(half > 0, half * flat[:, None] / (flat[:, None] + half), 0.0)
@@ -191,11 +210,9 @@ def collective_costs(table: OptionTable, nbytes: np.ndarray, which: np.ndarray,
         col = table.columns[fab]
         t = (col.latency_us[rows, best] * 1e-6 + moved[pick] * col.share[rows, best]
              + np.where(table.outer[rows] == fab, launch, 0.0))
-        by_fabric[fab] = np.where(active, t, 0.0).reshape(size.shape)
-    time_s = np.where(active, times[pick] + launch if times.shape[1] else 0.0, 0.0).reshape(size.shape)
-    algorithm, protocol = table.largest(flat, rows, best, active)
-    return CollectiveCost(time_s, by_fabric, algorithm, protocol, size,
-                          table.factor[rows].reshape(size.shape) if factor is None else factor)
+        by_fabric[fab] = np.where(active, t, 0.0)
+    time_s = np.where(active, times[pick] + launch if times.shape[1] else 0.0, 0.0)
+    return time_s, by_fabric, best
 
 
 def _check_op(op: str) -> None:

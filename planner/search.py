@@ -249,6 +249,7 @@ def evaluate(spec: PlanSpec, pc: ParamCount, lay: Layouts, rejected: Rejections)
             rejected.add(exc.reason, exc.message, int(count))
     placed = np.array([key in placements for key in keys], dtype=bool)
     idx = np.flatnonzero(placed[which])
+    idx = idx[np.argsort(which[idx], kind="stable")]  # by placement: equal collectives sit together (cheaper)
     compact = np.cumsum(placed) - 1  # key index -> index among the placed keys
     step = np.full(len(lay), np.inf)
     columns = group_columns(list(placements.values()), compact[which[idx]])
