@@ -152,6 +152,10 @@ def structures(spec: PlanSpec):
                 yield tp, pp, 0, 0, why or ("gpus_not_divisible", f"TP x PP = {tp * pp} does not divide {n} GPUs")
                 continue
             for cp in _pinned([c for c in CP_CHOICES if (n // tp // pp) % c == 0], lay_pin.cp):
+                if (n // tp // pp) % cp:  # only a pin gets here
+                    yield tp, pp, cp, 0, ("gpus_not_divisible", f"TP x PP x CP = {tp * pp * cp} does not divide "
+                                                                f"{n} GPUs")
+                    continue
                 dp = n // (tp * pp * cp)
                 why = cp_reason(spec, cp) or dp_reason(spec, dp)
                 if why is None and lay_pin.dp is not None and lay_pin.dp != dp:
