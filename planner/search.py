@@ -242,7 +242,7 @@ def evaluate(spec: PlanSpec, pc: ParamCount, lay: Layouts, rejected: Rejections)
         rejected.add("out_of_memory", f"{label(lay, i)} needs {total[i] / GIB:.1f} GiB of "
                                       f"{spec.cluster.gpu.memory_gib:g}", int((~fits).sum()))
     lay, total = lay.take(fits), total[fits]
-    lt = layer_times(spec.model, spec.cluster.gpu, spec.training, Shard(lay.tp, lay.cp, lay.ep, lay.micro_batch, lay.sp))
+    lt = _layer_times(spec, lay)
     keys, which = placement_keys(lay)
     counts = np.bincount(which, minlength=len(keys))
     placements: dict[tuple, Placement] = {}
@@ -264,21 +264,38 @@ def evaluate(spec: PlanSpec, pc: ParamCount, lay: Layouts, rejected: Rejections)
 
 def placement_keys(lay: Layouts) -> tuple[list[tuple], np.ndarray]:
     """The distinct (tp, cp, dp, pp, ep, order) of the candidates in lexicographic order, and each candidate's
-    index into them: one mixed-radix code per candidate, so one sort of integers."""
+    index into them."""
     cols = [lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.order]
-    if not len(lay):
-        return [], np.zeros(0, dtype=np.intp)
+    first, which = _distinct(cols)
+    return [tuple(int(c[i]) for c in cols) for i in first], which
+
+
+def _layer_times(spec: PlanSpec, lay: Layouts) -> LayerTimes:
+    """compute.layer_times of every candidate; they depend on its shard alone (TP, CP, EP, micro-batch, SP),
+    so each distinct shard is costed once."""
+    first, which = _distinct([lay.tp, lay.cp, lay.ep, lay.micro_batch, lay.sp.astype(np.int64)])
+    one = lay.take(first)
+    lt = layer_times(spec.model, spec.cluster.gpu, spec.training,
+                     Shard(one.tp, one.cp, one.ep, one.micro_batch, one.sp))
+    return _take(lt, which)
+
+
+def _distinct(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each distinct combination of integer columns, in lexicographic order, and each row's
+    index into them: one mixed-radix code per row, so one sort of integers."""
+    if not len(cols[0]):
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
     spans = [int(c.max() - c.min()) + 1 for c in cols]
     if math.prod(spans) < 2**62:
         digits = [c - c.min() for c in cols]
     else:  # sparse values: number the distinct ones of each column first
         digits = [np.unique(c, return_inverse=True)[1].reshape(-1) for c in cols]
         spans = [int(d.max()) + 1 for d in digits]
-    code = np.zeros(len(lay), dtype=np.int64)
+    code = np.zeros(len(cols[0]), dtype=np.int64)
     for d, span in zip(digits, spans, strict=True):
         code = code * span + d
     _, first, which = np.unique(code, return_index=True, return_inverse=True)
-    return [tuple(int(c[i]) for c in cols) for i in first], which.reshape(-1)
+    return first, which.reshape(-1)
 
 
 def _take(lt: LayerTimes, idx: np.ndarray) -> LayerTimes:
