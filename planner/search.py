@@ -246,9 +246,10 @@ def evaluate(spec: PlanSpec, pc: ParamCount, lay: Layouts, rejected: Rejections)
     keys, which = placement_keys(lay)
     counts = np.bincount(which, minlength=len(keys))
     placements: dict[tuple, Placement] = {}
+    shaped: dict = {}
     for key, count in zip(keys, counts, strict=True):
         try:
-            placements[key] = place(spec.cluster, *key[:5], RANK_ORDERS[key[5]])
+            placements[key] = place(spec.cluster, *key[:5], RANK_ORDERS[key[5]], shaped)
         except PlacementRejected as exc:
             rejected.add(exc.reason, exc.message, int(count))
     placed = np.array([key in placements for key in keys], dtype=bool)
