@@ -177,8 +177,7 @@ def enumerate_layouts(spec: PlanSpec, rejected: Rejections) -> Layouts:
 
 def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejections) -> np.ndarray:
     """The inner axes' product (itertools.product order) as rows of _layouts, minus those inner_reason rejects,
-    which are counted in product order. inner_reason reads only EP, micro-batch, VPP and SP, so it runs once per
-    combination of those and numpy spreads its verdict over the other axes."""
+    counted as one rejection per layout in product order would count them."""
     pin = spec.layout
     axes = (ep_options(spec, dp), micro_batch_options(spec, dp), vpp_options(spec, pp),
             [RECOMPUTE_CODES[rc] for rc in _pinned(recompute_options(spec), pin.recompute)],
@@ -189,28 +188,49 @@ def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejecti
     if math.prod(len(a) for a in axes) > MAX_CANDIDATES:
         axes = (axes[0], axes[1][:8], *axes[2:])  # bound the work; micro-batches beyond 8 options add nothing
     shape = tuple(len(a) for a in axes)
-    whys = [inner_reason(spec, tp, pp, dp, ep, mb, vpp, sp)
-            for ep, mb, vpp, sp in itertools.product(axes[0], axes[1], axes[2], axes[4])]
-    codes = {w[0]: i + 1 for i, w in reversed(list(enumerate(w for w in whys if w)))}  # reason -> first one's
-    verdict = np.array([codes[w[0]] if w else 0 for w in whys], dtype=np.int64)
+    failed, verdict = _inner_verdicts(spec, tp, pp, dp, axes[0], axes[1], axes[2], axes[4])
     verdict = np.broadcast_to(verdict.reshape(shape[0], shape[1], shape[2], 1, shape[4], 1, 1), shape).reshape(-1)
-    _count_inner(rejected, verdict, [w for w in whys if w])
-    pick = np.indices(shape).reshape(len(shape), -1)[:, verdict == 0]
+    _count_inner(rejected, verdict, failed)
+    pick = np.indices(shape).reshape(len(shape), -1)[:, verdict < 0]
     cols = [np.asarray(a, dtype=np.int64)[i] for a, i in zip(axes, pick, strict=True)]
     fixed = [np.full(pick.shape[1], v, dtype=np.int64) for v in (tp, pp, dp, cp)]
-    return np.stack([*fixed, *cols[:3], cols[3], cols[4], cols[5], cols[6]], axis=1)
+    return np.stack([*fixed, *cols], axis=1)
+
+
+def _inner_verdicts(spec: PlanSpec, tp: int, pp: int, dp: int, eps: list, mbs: list, vpps: list, sps: list
+                    ) -> tuple[list[tuple[str, str]], np.ndarray]:
+    """inner_reason of every (EP, micro-batch, VPP, SP), the only axes it reads, as an (E, M, V, S) array of
+    indices into the returned failures (-1: none). It checks the micro-batch, then EP, then SP, then VPP with the
+    micro-batch, and EP 1, micro-batch 1, VPP 1 and no SP pass every check: so each partial check runs once per
+    value and a combination fails with the first of its partial checks that fails."""
+    failed: list[tuple[str, str]] = []
+
+    def check(ep: int = 1, mb: int = 1, vpp: int = 1, sp: bool = False) -> int:
+        why = inner_reason(spec, tp, pp, dp, ep, mb, vpp, sp)
+        failed.extend([why] if why else [])
+        return len(failed) - 1 if why else -1
+
+    partial = [np.array([check(mb=m) for m in mbs]).reshape(1, -1, 1, 1),
+               np.array([check(ep=e) for e in eps]).reshape(-1, 1, 1, 1),
+               np.array([check(sp=s) for s in sps]).reshape(1, 1, 1, -1),
+               np.array([[check(mb=m, vpp=v) for v in vpps] for m in mbs]).reshape(1, len(mbs), len(vpps), 1)]
+    verdict = np.full((len(eps), len(mbs), len(vpps), len(sps)), -1, dtype=np.int64)
+    for part in reversed(partial):  # the earliest failing check wins
+        verdict = np.where(part >= 0, part, verdict)
+    return failed, verdict
 
 
 def _count_inner(rejected: Rejections, verdict: np.ndarray, failed: list[tuple[str, str]]) -> None:
-    """Count rejections as one add per layout in product order would: reasons in order of first occurrence,
-    each with its first layout's message. verdict: 0 accepted, else 1 + the index in `failed` of a failing
-    combination whose reason it is (the first such)."""
-    bad = verdict[verdict > 0]
-    if not bad.size:
+    """Add the rejections of layouts in product order: reasons in order of first occurrence, each with its
+    first layout's message. verdict: per layout, the index of its failure in `failed` (-1: accepted)."""
+    rows = np.flatnonzero(verdict >= 0)
+    if not rows.size:
         return
-    first_code, first_at, counts = np.unique(bad, return_index=True, return_counts=True)
+    names = sorted({reason for reason, _ in failed})
+    reason_of = np.array([names.index(reason) for reason, _ in failed])
+    _, first_at, counts = np.unique(reason_of[verdict[rows]], return_index=True, return_counts=True)
     for k in np.argsort(first_at, kind="stable"):
-        reason, message = failed[int(first_code[k]) - 1]
+        reason, message = failed[int(verdict[rows[first_at[k]]])]
         rejected.add(reason, message, int(counts[k]))
 
 
