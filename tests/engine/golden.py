@@ -69,6 +69,11 @@ def cases() -> dict[str, dict]:
     docs["70b-h100-1024-oversubscribed-cp-zero0"] = _catalog_spec(
         "Llama 3 70B", "H100 SXM5 80GB", "DGX H100", "NDR InfiniBand fat tree 2:1 oversubscribed", 1024,
         {"global_batch": 1024, "precision": "bf16"}, layout={"cp": 2, "zero": 0})
+    pins = {"pins-breaking-inner-checks": {"vpp": 2, "micro_batch": 4, "ep": 2}, "pin-sp": {"sequence_parallel": True}}
+    for name, layout in pins.items():
+        docs[f"mixtral-h100-256-{name}"] = _catalog_spec(
+            "Mixtral 8x7B", "H100 SXM5 80GB", "DGX H100", "NDR InfiniBand fat tree", 256,
+            {"global_batch": 512, "precision": "bf16", "attention": "unfused"}, layout=layout)
     return docs
 
 
