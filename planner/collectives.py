@@ -182,8 +182,9 @@ def collective_costs(table: OptionTable, nbytes: np.ndarray, which: np.ndarray,
     time_s, by_fabric, best = _costs(table, flat[starts], rows[starts])
     active = table.active[rows]
     algorithm, protocol = table.largest(flat, rows, best[run], active)
-    return CollectiveCost(time_s[run].reshape(size.shape), {f: t[run].reshape(size.shape) for f, t in by_fabric.items()},
-                          algorithm, protocol, size, table.factor[rows].reshape(size.shape) if factor is None else factor)
+    by_fabric = {f: t[run].reshape(size.shape) for f, t in by_fabric.items()}
+    factor = table.factor[rows].reshape(size.shape) if factor is None else factor
+    return CollectiveCost(time_s[run].reshape(size.shape), by_fabric, algorithm, protocol, size, factor)
 
 
 def _runs(flat: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

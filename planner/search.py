@@ -5,11 +5,11 @@ the layers), CP (splits the sequence), DP = GPUs / (TP PP CP) (divides the batch
 and DP), micro-batch, virtual stages, recomputation, sequence parallelism, ZeRO stage and rank order. Pinned
 fields are honoured exactly, including pins that make a layout infeasible (the answer then says why).
 The structural axes are enumerated in Python (a few hundred combinations at most); the inner axes are
-expanded into numpy arrays and the cost model runs vectorised over all of them, grouped by placement.
+expanded into numpy arrays and the cost model runs vectorised over all of them at once: each placement, each
+distinct group and each distinct shard is worked out once, and the candidates gather from them.
 """
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter
 from dataclasses import dataclass

@@ -1,4 +1,4 @@
-"""Step time of a training iteration, vectorised over the layout candidates that share one placement.
+"""Step time of a training iteration, vectorised over layout candidates (each on its own placement).
 
 Schedule: 1F1B with interleaving (Narayanan et al. 2021, sec. 2.2): m micro-batches per pipeline, each stage
 runs m (forward + backward) chunks, and the pipeline bubble costs (p - 1) / v of one micro-batch's stage time,
