@@ -100,7 +100,8 @@ class CollectiveCost:
                                         # "hierarchical tree", "nvls", "nvls_tree", "direct" (all-to-all), "p2p"
     protocol: str = "Simple"            # NCCL protocol chosen for the largest message: LL, LL128, Simple
     nbytes: np.ndarray | None = None
-    factor: float = 1.0                 # nccl-tests bus bandwidth factor of this op and group size
+    factor: float | np.ndarray = 1.0    # nccl-tests bus bandwidth factor of this op and group size (per
+                                        # candidate when costed over several groups)
 
     @property
     def busbw_gbytes_per_s(self) -> np.ndarray:
@@ -119,13 +120,6 @@ class _Option:
     s_per_byte: float
     share: dict[str, float]
     factor: float = 1.0  # the op's bus factor, to turn HALF_BANDWIDTH_BUS_BYTES into algorithm bytes (inf: none)
-
-    def fill_bytes(self, size: np.ndarray) -> np.ndarray:
-        """Algorithm bytes of channel fill a streaming protocol pays once per call (HALF_BANDWIDTH_BUS_BYTES)."""
-        if self.protocol not in ("Simple", "LL128") or not math.isfinite(self.factor):
-            return np.zeros_like(size)
-        half = HALF_BANDWIDTH_BUS_BYTES / self.factor
-        return half * size / (size + half)
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -169,29 +163,141 @@ def nvls_busbw(cluster: ClusterSpec) -> float:
 def collective_time(op: str, nbytes: np.ndarray | float, group: GroupPlacement,
                     cluster: ClusterSpec) -> CollectiveCost:
     """Seconds for `op` on `group` moving `nbytes` (vectorised), argmin over algorithms and protocols."""
+    _check_op(op)
+    factor = bus_factor(op, max(1, group.size))
+    size = _sizes(nbytes)
+    if group.size <= 1:
+        return CollectiveCost(np.zeros_like(size), {group.fabric: np.zeros_like(size)}, "none", "none", size, factor)
+    return collective_costs(option_table(op, (group,), cluster), size, np.zeros(size.shape, dtype=np.intp), factor)
+
+
+def collective_costs(table: OptionTable, nbytes: np.ndarray, which: np.ndarray,
+                     factor: float | np.ndarray | None = None) -> CollectiveCost:
+    """`table.op` for many candidates at once: candidate i moves nbytes[i] on group `which[i]` of `table`. The
+    same arithmetic as one group at a time, on (candidate, option) arrays; a group of one GPU costs nothing.
+    Neighbours with the same group and size are costed once (callers order candidates to make such runs)."""
+    size = _sizes(nbytes)
+    flat, rows = size.reshape(-1), np.broadcast_to(which, size.shape).reshape(-1)
+    starts, run = _runs(flat, rows)
+    time_s, by_fabric, best = _costs(table, flat[starts], rows[starts])
+    active = table.active[rows]
+    algorithm, protocol = table.largest(flat, rows, best[run], active)
+    by_fabric = {f: t[run].reshape(size.shape) for f, t in by_fabric.items()}
+    factor = table.factor[rows].reshape(size.shape) if factor is None else factor
+    return CollectiveCost(time_s[run].reshape(size.shape), by_fabric, algorithm, protocol, size, factor)
+
+
+def _runs(flat: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First index of each run of equal (size, group) neighbours, and each candidate's run."""
+    new = np.ones(len(flat), dtype=bool)
+    new[1:] = (flat[1:] != flat[:-1]) | (rows[1:] != rows[:-1])
+    return np.flatnonzero(new), np.cumsum(new) - 1
+
+
+def _costs(table: OptionTable, flat: np.ndarray, rows: np.ndarray
+           ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+    """Seconds per call, seconds by fabric and the chosen option of each (size, group), argmin over options."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        half = table.half[rows]
+        fill = np.where(half > 0, half * flat[:, None] / (flat[:, None] + half), 0.0)
+    moved = (flat[:, None] + fill) * table.s_per_byte[rows]
+    times = np.where(table.usable[rows], table.latency_us[rows] * 1e-6 + moved, np.inf)
+    best = np.argmin(times, axis=1) if times.shape[1] else np.zeros(len(flat), dtype=np.intp)
+    pick = np.arange(len(flat)), best
+    active = table.active[rows]
+    launch = LAUNCH_OVERHEAD_US * 1e-6
+    by_fabric = {}
+    for fab in table.fabrics_of(rows[active]):
+        col = table.columns[fab]
+        t = (col.latency_us[rows, best] * 1e-6 + moved[pick] * col.share[rows, best]
+             + np.where(table.outer[rows] == fab, launch, 0.0))
+        by_fabric[fab] = np.where(active, t, 0.0)
+    time_s = np.where(active, times[pick] + launch if times.shape[1] else 0.0, 0.0)
+    return time_s, by_fabric, best
+
+
+def _check_op(op: str) -> None:
     if op not in OPS:
         raise ValueError(f"unknown collective {op!r} (known: {', '.join(OPS)})")
-    factor = bus_factor(op, max(1, group.size))
+
+
+def _sizes(nbytes: np.ndarray | float) -> np.ndarray:
     size = np.asarray(nbytes, dtype=float)
     if np.any(size < 0):
         raise ValueError("nbytes must be non-negative")
-    outer = group.fabric
-    if group.size <= 1:
-        return CollectiveCost(np.zeros_like(size), {outer: np.zeros_like(size)}, "none", "none", size, factor)
-    options = _options(op, group, cluster)
-    times = np.stack([sum(o.latency_us.values()) * 1e-6 + (size + o.fill_bytes(size)) * o.s_per_byte for o in options])
-    best = np.argmin(times, axis=0)
-    launch = LAUNCH_OVERHEAD_US * 1e-6
-    fabrics = sorted({f for o in options for f in o.share}
+    return size
+
+
+@dataclass(frozen=True)
+class FabricColumn:
+    """One fabric's part of every option: its latency (us) and its share of the bandwidth term."""
+
+    latency_us: np.ndarray  # (groups, options)
+    share: np.ndarray       # (groups, options)
+
+
+@dataclass(frozen=True)
+class OptionTable:
+    """The (algorithm, protocol) options of `op` on several groups as (group, option) arrays, padded with
+    unusable options: built once per distinct group (_options), evaluated for all candidates at once."""
+
+    op: str
+    active: np.ndarray          # (groups,) more than one member
+    outer: np.ndarray           # (groups,) the group's outermost fabric (gets the launch overhead)
+    factor: np.ndarray          # (groups,) nccl-tests bus factor
+    usable: np.ndarray          # (groups, options) False for padding
+    latency_us: np.ndarray      # (groups, options) summed over the fabrics
+    s_per_byte: np.ndarray      # (groups, options)
+    half: np.ndarray            # (groups, options) channel-fill half length in algorithm bytes, 0: none
+    columns: dict[str, FabricColumn]
+    fabrics: tuple[frozenset, ...]        # per group: the fabrics its cost reports (old by_fabric keys)
+    names: tuple[tuple[tuple[str, str], ...], ...]  # per group and option: (algorithm, protocol)
+
+    def fabrics_of(self, rows: np.ndarray) -> list[str]:
+        """The fabrics any of these groups reports, sorted."""
+        used = np.flatnonzero(np.bincount(rows, minlength=len(self.fabrics)))
+        return sorted(set().union(*(self.fabrics[r] for r in used)))
+
+    def largest(self, size: np.ndarray, rows: np.ndarray, best: np.ndarray, active: np.ndarray) -> tuple[str, str]:
+        """Algorithm and protocol chosen for the largest message of an active group."""
+        if not size.size:
+            return self.names[0][0] if self.names and self.names[0] else ("none", "none")
+        if not active.any():
+            return "none", "none"
+        i = int(np.argmax(np.where(active, size, -1.0)))
+        return self.names[rows[i]][best[i]]
+
+
+def option_table(op: str, groups: tuple[GroupPlacement, ...], cluster: ClusterSpec) -> OptionTable:
+    """Tabulate `_options` of each group (a group of one GPU gets none)."""
+    _check_op(op)
+    options = [_options(op, g, cluster) if g.size > 1 else [] for g in groups]
+    width = max([len(o) for o in options] + [0])
+    fabrics = ("nvlink", cluster.fabric.kind)
+    grid = lambda f: np.array([[f(o) for o in opts] + [0.0] * (width - len(opts)) for opts in options],  # noqa: E731
+                              dtype=float).reshape(len(groups), width)
+    return OptionTable(
+        op, np.array([g.size > 1 for g in groups], dtype=bool), np.array([g.fabric for g in groups], dtype=object),
+        np.array([bus_factor(op, max(1, g.size)) for g in groups], dtype=float),
+        grid(lambda o: 1.0).astype(bool), grid(lambda o: sum(o.latency_us.values())), grid(lambda o: o.s_per_byte),
+        grid(_half),
+        {f: FabricColumn(grid(lambda o, f=f: o.latency_us.get(f, 0.0)), grid(lambda o, f=f: o.share.get(f, 0.0)))
+         for f in fabrics},
+        tuple(_reported_fabrics(opts, g.fabric) for opts, g in zip(options, groups, strict=True)),
+        tuple(tuple((o.algorithm, o.protocol) for o in opts) for opts in options))
+
+
+def _half(o: _Option) -> float:
+    """Channel fill of a streaming protocol in algorithm bytes (HALF_BANDWIDTH_BUS_BYTES); 0 for none."""
+    if o.protocol not in ("Simple", "LL128") or not math.isfinite(o.factor):
+        return 0.0
+    return HALF_BANDWIDTH_BUS_BYTES / o.factor
+
+
+def _reported_fabrics(options: list[_Option], outer: str) -> frozenset:
+    """The fabrics a cost is split over: those with a bandwidth share or a latency in some option, and the outer."""
+    return frozenset({f for o in options for f in o.share}
                      | {f for o in options for f, us in o.latency_us.items() if us > 0} | {outer})
-    by_fabric = {}
-    for fab in fabrics:
-        per_option = np.stack([o.latency_us.get(fab, 0.0) * 1e-6
-                               + (size + o.fill_bytes(size)) * o.s_per_byte * o.share.get(fab, 0.0) for o in options])
-        by_fabric[fab] = np.take_along_axis(per_option, best[None], axis=0)[0] + (launch if fab == outer else 0.0)
-    time_s = np.take_along_axis(times, best[None], axis=0)[0] + launch
-    largest = options[int(best.flat[int(np.argmax(size))]) if size.size else 0]
-    return CollectiveCost(time_s, by_fabric, largest.algorithm, largest.protocol, size, factor)
 
 
 def _options(op: str, group: GroupPlacement, cluster: ClusterSpec) -> list[_Option]:

@@ -138,11 +138,20 @@ def _check(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int) ->
                                 f"TP={tp} does not divide the {dom}-GPU NVLink domain, so some TP groups cross it")
 
 
-def place(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int, rank_order: str) -> Placement:
-    """Place a layout; raises PlacementRejected (reason, message) when the cluster cannot hold it."""
+def place(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int, rank_order: str,
+          shaped: dict[tuple[str, int, int], GroupPlacement] | None = None) -> Placement:
+    """Place a layout; raises PlacementRejected (reason, message) when the cluster cannot hold it. `shaped`:
+    groups already placed on this same cluster by (kind, stride, size), reused and extended (a search places
+    thousands of layouts that share most of their groups)."""
     strides = rank_strides(tp, cp, dp, pp, ep, rank_order)
     _check(cluster, tp, cp, dp, pp, ep)
-    groups = {kind: _group(cluster, kind, *strides[kind]) for kind in KINDS}
+    shaped = {} if shaped is None else shaped
+    groups = {}
+    for kind in KINDS:
+        key = (kind, *strides[kind])
+        if key not in shaped:
+            shaped[key] = _group(cluster, *key)
+        groups[kind] = shaped[key]
     return Placement(rank_order, groups, True, cluster.fabric.topology)
 
 

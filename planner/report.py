@@ -14,7 +14,7 @@ from .model import ParamCount, hardware_flops_per_step, model_flops_per_step
 from .placement import placement_map
 from .search import Evaluation, label, search
 from .spec import RANK_ORDERS, RECOMPUTE, PlanSpec
-from .steptime import step_times
+from .steptime import group_columns, step_times
 
 MAX_CHART_CANDIDATES = 500
 
@@ -70,7 +70,7 @@ def plan_entry(spec: PlanSpec, pc: ParamCount, ev: Evaluation, i: int) -> dict[s
     placement = ev.placements[key]
     lt = layer_times(spec.model, spec.cluster.gpu, spec.training,
                      Shard(one.tp, one.cp, one.ep, one.micro_batch, one.sp))
-    st = step_times(spec, pc, one, placement, lt)
+    st = step_times(spec, pc, one, group_columns([placement], np.zeros(1, dtype=np.intp)), lt)
     step = float(st.step[0])
     n_gpus, tr = spec.cluster.num_gpus, spec.training
     mem = memory_per_gpu(spec.model, tr, pc, one)

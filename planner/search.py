@@ -5,11 +5,11 @@ the layers), CP (splits the sequence), DP = GPUs / (TP PP CP) (divides the batch
 and DP), micro-batch, virtual stages, recomputation, sequence parallelism, ZeRO stage and rank order. Pinned
 fields are honoured exactly, including pins that make a layout infeasible (the answer then says why).
 The structural axes are enumerated in Python (a few hundred combinations at most); the inner axes are
-expanded into numpy arrays and the cost model runs vectorised over all of them, grouped by placement.
+expanded into numpy arrays and the cost model runs vectorised over all of them at once: each placement, each
+distinct group and each distinct shard is worked out once, and the candidates gather from them.
 """
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -21,7 +21,7 @@ from .memory import GIB, RECOMPUTE_CODES, Layouts, memory_per_gpu
 from .model import ParamCount, param_count
 from .placement import Placement, PlacementRejected, place
 from .spec import RANK_ORDERS, RECOMPUTE, PlanSpec
-from .steptime import step_times
+from .steptime import group_columns, step_times
 
 MAX_MICRO_BATCH = 64     # larger micro-batches never help at these model sizes and only grow the search
 MAX_VPP = 16
@@ -119,9 +119,10 @@ def recompute_options(spec: PlanSpec) -> list[str]:
     return list(RECOMPUTE) if spec.training.attention == "unfused" else ["none", "full"]
 
 
-def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vpp: int, rc: str, sp: bool,
-                 zero: int) -> tuple[str, str] | None:
-    """Checks on the inner axes; only pins can break the first few, as the generators never offer them."""
+def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vpp: int, sp: bool
+                 ) -> tuple[str, str] | None:
+    """Checks on the inner axes; only pins can break the first few, as the generators never offer them.
+    Recomputation, ZeRO stage and rank order break none of them."""
     m, b = spec.model, spec.training.global_batch
     if (b // dp) % mb:
         return "micro_batch_does_not_divide", f"micro-batch {mb} does not divide the {b // dp} sequences per replica"
@@ -151,6 +152,10 @@ def structures(spec: PlanSpec):
                 yield tp, pp, 0, 0, why or ("gpus_not_divisible", f"TP x PP = {tp * pp} does not divide {n} GPUs")
                 continue
             for cp in _pinned([c for c in CP_CHOICES if (n // tp // pp) % c == 0], lay_pin.cp):
+                if (n // tp // pp) % cp:  # only a pin gets here
+                    yield tp, pp, cp, 0, ("gpus_not_divisible", f"TP x PP x CP = {tp * pp * cp} does not divide "
+                                                                f"{n} GPUs")
+                    continue
                 dp = n // (tp * pp * cp)
                 why = cp_reason(spec, cp) or dp_reason(spec, dp)
                 if why is None and lay_pin.dp is not None and lay_pin.dp != dp:
@@ -161,36 +166,77 @@ def structures(spec: PlanSpec):
 
 def enumerate_layouts(spec: PlanSpec, rejected: Rejections) -> Layouts:
     """Every layout the pins allow, minus the structurally infeasible ones (counted in `rejected`)."""
-    rows: list[tuple] = []
+    blocks: list[np.ndarray] = []
     for tp, pp, cp, dp, why in structures(spec):
         if why:
             rejected.add(*why)
         else:
-            rows.extend(_inner(spec, tp, pp, cp, dp, rejected))
-    return _layouts(rows)
+            blocks.append(_inner(spec, tp, pp, cp, dp, rejected))
+    return _layouts(np.concatenate(blocks) if blocks else np.zeros((0, 11), dtype=np.int64))
 
 
-def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejections) -> list[tuple]:
+def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejections) -> np.ndarray:
+    """The inner axes' product (itertools.product order) as rows of _layouts, minus those inner_reason rejects,
+    counted as one rejection per layout in product order would count them."""
     pin = spec.layout
     axes = (ep_options(spec, dp), micro_batch_options(spec, dp), vpp_options(spec, pp),
-            _pinned(recompute_options(spec), pin.recompute),
+            [RECOMPUTE_CODES[rc] for rc in _pinned(recompute_options(spec), pin.recompute)],
             _pinned([False, True] if tp > 1 else [False], pin.sequence_parallel),
             _pinned([0, 1, 2, 3] if dp * cp > 1 else [0], pin.zero),
-            _pinned(list(RANK_ORDERS) if pp > 1 and dp > 1 else [RANK_ORDERS[0]], pin.rank_order))
+            [RANK_ORDERS.index(o) for o in _pinned(list(RANK_ORDERS) if pp > 1 and dp > 1 else [RANK_ORDERS[0]],
+                                                    pin.rank_order)])
     if math.prod(len(a) for a in axes) > MAX_CANDIDATES:
         axes = (axes[0], axes[1][:8], *axes[2:])  # bound the work; micro-batches beyond 8 options add nothing
-    out = []
-    for ep, mb, vpp, rc, sp, zero, order in itertools.product(*axes):
-        if why := inner_reason(spec, tp, pp, dp, ep, mb, vpp, rc, sp, zero):
-            rejected.add(*why)
-            continue
-        out.append((tp, pp, dp, cp, ep, mb, vpp, RECOMPUTE_CODES[rc], sp, zero, RANK_ORDERS.index(order)))
-    return out
+    shape = tuple(len(a) for a in axes)
+    failed, verdict = _inner_verdicts(spec, tp, pp, dp, axes[0], axes[1], axes[2], axes[4])
+    verdict = np.broadcast_to(verdict.reshape(shape[0], shape[1], shape[2], 1, shape[4], 1, 1), shape).reshape(-1)
+    _count_inner(rejected, verdict, failed)
+    pick = np.indices(shape).reshape(len(shape), -1)[:, verdict < 0]
+    cols = [np.asarray(a, dtype=np.int64)[i] for a, i in zip(axes, pick, strict=True)]
+    fixed = [np.full(pick.shape[1], v, dtype=np.int64) for v in (tp, pp, dp, cp)]
+    return np.stack([*fixed, *cols], axis=1)
 
 
-def _layouts(rows: list[tuple]) -> Layouts:
-    arr = np.array(rows, dtype=np.int64).reshape(-1, 11)
-    cols = arr.T
+def _inner_verdicts(spec: PlanSpec, tp: int, pp: int, dp: int, eps: list, mbs: list, vpps: list, sps: list
+                    ) -> tuple[list[tuple[str, str]], np.ndarray]:
+    """inner_reason of every (EP, micro-batch, VPP, SP), the only axes it reads, as an (E, M, V, S) array of
+    indices into the returned failures (-1: none). It checks the micro-batch, then EP, then SP, then VPP with the
+    micro-batch, and EP 1, micro-batch 1, VPP 1 and no SP pass every check: so each partial check runs once per
+    value and a combination fails with the first of its partial checks that fails."""
+    failed: list[tuple[str, str]] = []
+
+    def check(ep: int = 1, mb: int = 1, vpp: int = 1, sp: bool = False) -> int:
+        why = inner_reason(spec, tp, pp, dp, ep, mb, vpp, sp)
+        failed.extend([why] if why else [])
+        return len(failed) - 1 if why else -1
+
+    partial = [np.array([check(mb=m) for m in mbs]).reshape(1, -1, 1, 1),
+               np.array([check(ep=e) for e in eps]).reshape(-1, 1, 1, 1),
+               np.array([check(sp=s) for s in sps]).reshape(1, 1, 1, -1),
+               np.array([[check(mb=m, vpp=v) for v in vpps] for m in mbs]).reshape(1, len(mbs), len(vpps), 1)]
+    verdict = np.full((len(eps), len(mbs), len(vpps), len(sps)), -1, dtype=np.int64)
+    for part in reversed(partial):  # the earliest failing check wins
+        verdict = np.where(part >= 0, part, verdict)
+    return failed, verdict
+
+
+def _count_inner(rejected: Rejections, verdict: np.ndarray, failed: list[tuple[str, str]]) -> None:
+    """Add the rejections of layouts in product order: reasons in order of first occurrence, each with its
+    first layout's message. verdict: per layout, the index of its failure in `failed` (-1: accepted)."""
+    rows = np.flatnonzero(verdict >= 0)
+    if not rows.size:
+        return
+    names = sorted({reason for reason, _ in failed})
+    reason_of = np.array([names.index(reason) for reason, _ in failed])
+    _, first_at, counts = np.unique(reason_of[verdict[rows]], return_index=True, return_counts=True)
+    for k in np.argsort(first_at, kind="stable"):
+        reason, message = failed[int(verdict[rows[first_at[k]]])]
+        rejected.add(reason, message, int(counts[k]))
+
+
+def _layouts(rows: np.ndarray) -> Layouts:
+    """Rows of (tp, pp, dp, cp, ep, micro_batch, vpp, recompute code, sp, zero, rank order index)."""
+    cols = rows.T
     return Layouts(tp=cols[0], pp=cols[1], dp=cols[2], cp=cols[3], ep=cols[4], micro_batch=cols[5],
                    vpp=cols[6], recompute=cols[7], sp=cols[8].astype(bool), zero=cols[9], order=cols[10])
 
@@ -216,26 +262,61 @@ def evaluate(spec: PlanSpec, pc: ParamCount, lay: Layouts, rejected: Rejections)
         rejected.add("out_of_memory", f"{label(lay, i)} needs {total[i] / GIB:.1f} GiB of "
                                       f"{spec.cluster.gpu.memory_gib:g}", int((~fits).sum()))
     lay, total = lay.take(fits), total[fits]
-    lt = layer_times(spec.model, spec.cluster.gpu, spec.training, Shard(lay.tp, lay.cp, lay.ep, lay.micro_batch, lay.sp))
-    step = np.full(len(lay), np.inf)
+    lt = _layer_times(spec, lay)
+    keys, which = placement_keys(lay)
+    counts = np.bincount(which, minlength=len(keys))
     placements: dict[tuple, Placement] = {}
-    for key, idx in _groups(lay).items():
+    shaped: dict = {}
+    for key, count in zip(keys, counts, strict=True):
         try:
-            placements[key] = placement = place(spec.cluster, *key[:5], RANK_ORDERS[key[5]])
+            placements[key] = place(spec.cluster, *key[:5], RANK_ORDERS[key[5]], shaped)
         except PlacementRejected as exc:
-            rejected.add(exc.reason, exc.message, len(idx))
-            continue
-        step[idx] = step_times(spec, pc, lay.take(idx), placement, _take(lt, idx)).step
+            rejected.add(exc.reason, exc.message, int(count))
+    placed = np.array([key in placements for key in keys], dtype=bool)
+    idx = np.flatnonzero(placed[which])
+    idx = idx[np.argsort(which[idx], kind="stable")]  # by placement: equal collectives sit together (cheaper)
+    compact = np.cumsum(placed) - 1  # key index -> index among the placed keys
+    step = np.full(len(lay), np.inf)
+    columns = group_columns(list(placements.values()), compact[which[idx]])
+    step[idx] = step_times(spec, pc, lay.take(idx), columns, _take(lt, idx)).step
     ok = np.isfinite(step)
     return Evaluation(lay.take(ok), step[ok], total[ok], placements)
 
 
-def _groups(lay: Layouts) -> dict[tuple, np.ndarray]:
-    keys = np.stack([lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.order], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
-    return {tuple(int(v) for v in u): order[bounds[i]:bounds[i + 1]] for i, u in enumerate(uniq)}
+def placement_keys(lay: Layouts) -> tuple[list[tuple], np.ndarray]:
+    """The distinct (tp, cp, dp, pp, ep, order) of the candidates in lexicographic order, and each candidate's
+    index into them."""
+    cols = [lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.order]
+    first, which = _distinct(cols)
+    return [tuple(int(c[i]) for c in cols) for i in first], which
+
+
+def _layer_times(spec: PlanSpec, lay: Layouts) -> LayerTimes:
+    """compute.layer_times of every candidate; they depend on its shard alone (TP, CP, EP, micro-batch, SP),
+    so each distinct shard is costed once."""
+    first, which = _distinct([lay.tp, lay.cp, lay.ep, lay.micro_batch, lay.sp.astype(np.int64)])
+    one = lay.take(first)
+    lt = layer_times(spec.model, spec.cluster.gpu, spec.training,
+                     Shard(one.tp, one.cp, one.ep, one.micro_batch, one.sp))
+    return _take(lt, which)
+
+
+def _distinct(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each distinct combination of integer columns, in lexicographic order, and each row's
+    index into them: one mixed-radix code per row, so one sort of integers."""
+    if not len(cols[0]):
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
+    spans = [int(c.max() - c.min()) + 1 for c in cols]
+    if math.prod(spans) < 2**62:
+        digits = [c - c.min() for c in cols]
+    else:  # sparse values: number the distinct ones of each column first
+        digits = [np.unique(c, return_inverse=True)[1].reshape(-1) for c in cols]
+        spans = [int(d.max()) + 1 for d in digits]
+    code = np.zeros(len(cols[0]), dtype=np.int64)
+    for d, span in zip(digits, spans, strict=True):
+        code = code * span + d
+    _, first, which = np.unique(code, return_index=True, return_inverse=True)
+    return first, which.reshape(-1)
 
 
 def _take(lt: LayerTimes, idx: np.ndarray) -> LayerTimes:

@@ -1,4 +1,4 @@
-"""Step time of a training iteration, vectorised over the layout candidates that share one placement.
+"""Step time of a training iteration, vectorised over layout candidates (each on its own placement).
 
 Schedule: 1F1B with interleaving (Narayanan et al. 2021, sec. 2.2): m micro-batches per pipeline, each stage
 runs m (forward + backward) chunks, and the pipeline bubble costs (p - 1) / v of one micro-batch's stage time,
@@ -10,17 +10,18 @@ and they sum to the step time.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import constants as C
-from .collectives import collective_time
+from .collectives import OptionTable, collective_costs, option_table
 from .compute import LayerTimes, optimizer_time
 from .memory import RECOMPUTE_CODES, Layouts, params_on_gpu, stage_layers
 from .model import ParamCount, kv_dim
-from .placement import Placement
-from .spec import PlanSpec
+from .placement import KINDS, GroupPlacement, Placement
+from .spec import ClusterSpec, PlanSpec
 
 PARTS = ("compute", "bubble", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "optimizer")
 ACT_BYTES = 2.0  # activations travel in bf16
@@ -51,9 +52,37 @@ class StepTimes:
         return sum(self.parts.values())
 
 
-def step_times(spec: PlanSpec, pc: ParamCount, lay: Layouts, placement: Placement, lt: LayerTimes) -> StepTimes:
-    """Step time parts for candidates `lay`, which all share `placement` (same tp, cp, dp, pp, ep, order);
-    `lt` are their layer compute times (compute.layer_times, which needs no placement)."""
+@dataclass
+class GroupColumn:
+    """The groups of one kind that a batch of candidates runs on: the distinct ones, each candidate's index into
+    them, and the collectives' option tables, built once per distinct group and op."""
+
+    groups: tuple[GroupPlacement, ...]
+    index: np.ndarray
+    tables: dict[str, OptionTable] = field(default_factory=dict)
+
+    def table(self, op: str, cluster: ClusterSpec) -> OptionTable:
+        if op not in self.tables:
+            self.tables[op] = option_table(op, self.groups, cluster)
+        return self.tables[op]
+
+
+def group_columns(placements: Sequence[Placement], which: np.ndarray) -> dict[str, GroupColumn]:
+    """Per kind, the distinct groups of `placements` and each candidate's (candidate i runs on
+    placements[which[i]]). On one cluster a group is fixed by its kind, stride and size (placement._shape)."""
+    out = {}
+    for kind in KINDS:
+        rows: dict[tuple[int, int], tuple[int, GroupPlacement]] = {}
+        index = [rows.setdefault((p.groups[kind].stride, p.groups[kind].size), (len(rows), p.groups[kind]))[0]
+                 for p in placements]
+        out[kind] = GroupColumn(tuple(g for _, g in rows.values()), np.array(index, dtype=np.intp)[which])
+    return out
+
+
+def step_times(spec: PlanSpec, pc: ParamCount, lay: Layouts, placement: dict[str, GroupColumn],
+               lt: LayerTimes) -> StepTimes:
+    """Step time parts for candidates `lay` on their placements' groups (group_columns); `lt` are their layer
+    compute times (compute.layer_times, which needs no placement)."""
     m, cluster, tr = spec.model, spec.cluster, spec.training
     micro = lay.microbatches(tr.global_batch).astype(float)
     fwd, bwd = _stage_compute(spec, lay, lt)
@@ -94,22 +123,30 @@ def _stage_compute(spec: PlanSpec, lay: Layouts, lt: LayerTimes) -> tuple[np.nda
     return fwd, bwd
 
 
-def _collective(spec: PlanSpec, placement: Placement, group: str, op: str, nbytes: np.ndarray,
+def _collective(spec: PlanSpec, placement: dict[str, GroupColumn], group: str, op: str, nbytes: np.ndarray,
                 calls: np.ndarray, over: str = "") -> Collective:
     """Cost `calls` calls of `op` for `group`'s purpose, run over the ranks of group `over` (default: `group`),
-    each moving `nbytes` (nccl-tests size convention)."""
-    g = placement.groups.get(over or group)
-    nbytes = np.asarray(nbytes, dtype=float)
-    if g is None or g.size <= 1:
-        zero = np.zeros_like(nbytes)
-        return Collective(group, op, nbytes, zero, zero, zero, {}, "none", over)
-    cost = collective_time(op, nbytes, g, spec.cluster)
-    total = cost.time_s * calls
-    by_fabric = {fab: t * calls for fab, t in cost.by_fabric.items()}
-    return Collective(group, op, nbytes, calls, total, total.copy(), by_fabric, cost.algorithm, over)
+    each moving `nbytes` (nccl-tests size convention). On a group of one GPU there is no call. Only the
+    candidates that make calls are costed (the others' totals are zero whatever one call would cost)."""
+    col = placement[over or group]
+    nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), col.index.shape)
+    table = col.table(op, spec.cluster)
+    calls = np.where(table.active[col.index], calls, 0.0)
+    busy = np.flatnonzero(calls > 0)
+    cost = collective_costs(table, nbytes[busy], col.index[busy])
+    total = _spread(cost.time_s * calls[busy], busy, len(calls))
+    by_fabric = {fab: _spread(t * calls[busy], busy, len(calls)) for fab, t in cost.by_fabric.items()}
+    return Collective(group, op, nbytes, calls, total, total.copy(), by_fabric,
+                      cost.algorithm if busy.size else "none", over)
 
 
-def _tp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndarray, n: np.ndarray,
+def _spread(values: np.ndarray, where: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros(n)
+    out[where] = values
+    return out
+
+
+def _tp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], tokens: np.ndarray, n: np.ndarray,
              micro: np.ndarray) -> list[Collective]:
     """Megatron TP: two all-reduces of the h-wide activations per layer forward and two backward (Shoeybi et al.
     2019, fig. 4); with sequence parallelism each becomes a reduce-scatter + all-gather pair of the same bytes
@@ -122,7 +159,7 @@ def _tp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndar
             _collective(spec, placement, "tp", "all_gather", nbytes, split)]
 
 
-def _cp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndarray, n: np.ndarray,
+def _cp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], tokens: np.ndarray, n: np.ndarray,
              micro: np.ndarray, lt: LayerTimes) -> Collective:
     """Ring attention (Liu et al. 2023; Megatron-Core context parallelism): each layer passes this rank's K and V
     chunk around the CP ring, cp - 1 hops forward and twice that backward (K, V and their gradients), overlapped
@@ -136,7 +173,7 @@ def _cp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndar
     return c
 
 
-def _ep_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndarray, n: np.ndarray,
+def _ep_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], tokens: np.ndarray, n: np.ndarray,
              micro: np.ndarray) -> Collective:
     """MoE token dispatch and combine: two all-to-alls per MoE layer forward, two backward (Lepikhin et al.
     2020, GShard), each sending the rank's tokens x top_k h-wide rows; on the critical path."""
@@ -147,7 +184,7 @@ def _ep_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndar
     return _collective(spec, placement, "ep", "all_to_all", nbytes, per_layer * n * moe_share * micro)
 
 
-def _pp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndarray, micro: np.ndarray
+def _pp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], tokens: np.ndarray, micro: np.ndarray
              ) -> Collective:
     """Pipeline send/recv: every forward and backward chunk hands the h-wide activation (or its gradient) to the
     next stage, split over the TP ranks (Narayanan et al. 2021, sec. 4.1 scatter/gather): 2 (m v + p - 1)
@@ -157,7 +194,7 @@ def _pp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, tokens: np.ndar
     return _collective(spec, placement, "pp", "send_recv", nbytes, calls)
 
 
-def _dp_comm(spec: PlanSpec, lay: Layouts, placement: Placement, params: np.ndarray, fwd: np.ndarray,
+def _dp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], params: np.ndarray, fwd: np.ndarray,
              bwd: np.ndarray, micro: np.ndarray) -> list[Collective]:
     """Gradient reduction over the ranks that hold the same weights, DP x CP (Rajbhandari et al. 2020; Megatron
     reduces over the data- and context-parallel ranks), hidden behind compute at DP_OVERLAP_EFFICIENCY unless
@@ -194,15 +231,13 @@ def _share(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
     return np.divide(part, whole, out=np.zeros_like(np.asarray(whole, dtype=float)), where=whole > 0)
 
 
-def _reduction(spec: PlanSpec, placement: Placement, lay: Layouts, op: str, nbytes: np.ndarray,
+def _reduction(spec: PlanSpec, placement: dict[str, GroupColumn], lay: Layouts, op: str, nbytes: np.ndarray,
                calls: np.ndarray) -> list[Collective]:
     """`op` over the DP x CP ranks. With CP > 1 it runs in two stages, over the CP group then the DP group (the
     gather in reverse), which moves the same bytes per GPU as one ring over all DP x CP ranks: a reduce-scatter
     S (cp-1)/cp + S/cp (dp-1)/dp = S (1 - 1/(dp cp)); an all-reduce is reduce-scatter (CP), all-reduce of S/cp
-    (DP), all-gather (CP)."""
-    cp = int(lay.cp[0]) if len(lay) else 1
-    if cp == 1:
-        return [_collective(spec, placement, "dp", op, nbytes, calls)]
+    (DP), all-gather (CP). With CP = 1 the CP stages run on one GPU: no calls, and the DP stage moves S."""
+    cp = lay.cp
     over_cp = lambda o, b: _collective(spec, placement, "dp", o, b, calls, over="cp")  # noqa: E731
     over_dp = lambda o, b: _collective(spec, placement, "dp", o, b, calls)  # noqa: E731
     if op == "reduce_scatter":

@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from planner.collectives import OPS, bus_factor, collective_time
+from planner.collectives import OPS, bus_factor, collective_costs, collective_time, option_table
 from planner.placement import GroupPlacement, place
 from planner.spec import ClusterSpec
 
@@ -243,3 +243,25 @@ def test_mid_size_messages_reach_half_the_plateau_near_n_half():
     plateau = busbw(a100(8), "all_reduce", 16 * GIB)
     half = busbw(a100(8), "all_reduce", 24e6 / (2 * 7 / 8))  # algorithm bytes whose bus bytes equal n_1/2
     assert 0.3 * plateau < half < 0.6 * plateau
+
+
+def test_costing_many_groups_at_once_matches_one_group_at_a_time():
+    """collective_costs (the search's vectorised path) against collective_time group by group: one GPU, inside a
+    domain, across domains, NVLS, a single rank per node; sizes from 0 to 16 GiB, runs of equal neighbours."""
+    cluster = make_cluster(1024, fabric="NDR InfiniBand rail-optimized (DGX SuperPOD)")
+    groups = (place(cluster, 8, 1, 1, 128, 1, "tp-cp-dp-pp").groups["dp"],   # one GPU
+              place(cluster, 8, 1, 128, 1, 1, "tp-cp-dp-pp").groups["tp"],   # NVLink domain (NVLS)
+              place(cluster, 1, 1, 1024, 1, 1, "tp-cp-dp-pp").groups["dp"],  # hierarchical, 128 domains
+              place(cluster, 8, 1, 16, 8, 1, "tp-cp-dp-pp").groups["dp"],    # one rank per node
+              place(cluster, 2, 1, 8, 64, 1, "tp-cp-pp-dp").groups["pp"])    # pipeline, PP inside DP
+    sizes = np.array([0.0, 1e3, 1e3, 64 * MIB, 16 * GIB, 16 * GIB, 3e5])
+    for op in OPS:
+        table = option_table(op, groups, cluster)
+        which = np.array([0, 1, 2, 3, 4, 2, 1])
+        many = collective_costs(table, sizes, which)
+        for i, (size, g) in enumerate(zip(sizes, which, strict=True)):
+            one = collective_time(op, size, groups[g], cluster)
+            assert many.time_s[i] == pytest.approx(float(one.time_s), rel=1e-12, abs=0), (op, i)
+            for fab, t in one.by_fabric.items():
+                assert many.by_fabric.get(fab, np.zeros(7))[i] == pytest.approx(float(t), rel=1e-12, abs=0)
+        assert many.algorithm == collective_time(op, 16 * GIB, groups[4], cluster).algorithm  # the first largest

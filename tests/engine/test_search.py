@@ -149,3 +149,11 @@ def test_the_layout_estimate_bounds_the_search(catalog, name):
     spec = parse_spec(example(name), catalog)
     answer = plan(spec, top=1)
     assert answer["searched"] <= estimate_layouts(spec) <= 20 * max(answer["searched"], 1000)
+
+
+def test_a_pinned_cp_rejects_the_structures_it_does_not_divide(gpt3_doc):
+    gpt3_doc["layout"] = {"cp": 4}  # e.g. TP 8 x PP 64 leaves 2 GPUs for CP = 4
+    answer = plan(parse_spec(gpt3_doc))
+    assert answer["feasible"] > 0
+    assert answer["rejected"]["gpus_not_divisible"] > 0
+    assert answer["rejected_examples"]["gpus_not_divisible"].endswith("does not divide 1024 GPUs")
