@@ -86,8 +86,10 @@ def answer(doc: dict) -> dict[str, Any]:
         out = report.plan(spec, top=TOP)
     finally:
         report._r = rounding
-    for key in ("elapsed_s", "engine", "spec"):
-        out.pop(key)
+    # Not the cost model's: the run's timing and provenance, and the accuracy statement read from the validation
+    # snapshot (planner/data/validation.json, which moves whenever the engine's fingerprint does).
+    for key in ("elapsed_s", "engine", "spec", "accuracy"):
+        out.pop(key, None)
     out["candidates"] = out["candidates"][:CHART_POINTS]
     if out["placement_map"]:
         out["placement_map"]["cells"] = out["placement_map"]["cells"][:16]
