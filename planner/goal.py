@@ -1,0 +1,116 @@
+"""Goal-seeking over a sweep's scenarios: time to train, GPU-hours, cost, whether a goal is met, and the best.
+
+A goal is {"tokens": T, "deadline_days": D} with an optional "budget" in US dollars. The best scenario is the
+cheapest that meets the goal: by cost (GPU-hours × price per GPU-hour) when every such scenario has a price,
+else by GPU-hours; then the fewest GPUs; then the shortest time to train.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from .errors import FieldError, SpecError
+
+SECONDS_PER_DAY = 86_400.0
+MAX_TOKENS = 1e16          # as training.tokens in planner/spec.py
+MAX_DEADLINE_DAYS = 36_500.0  # a century: anything longer is a typo
+MAX_BUDGET_USD = 1e13
+
+
+@dataclass(frozen=True)
+class Goal:
+    tokens: float
+    deadline_days: float
+    budget_usd: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"tokens": self.tokens, "deadline_days": self.deadline_days}
+        if self.budget_usd is not None:
+            data["budget"] = self.budget_usd
+        return data
+
+
+def parse_goal(data: Any) -> Goal | None:
+    """None for no goal; else a Goal, or SpecError naming each bad field (goal.tokens, goal.deadline_days...)."""
+    if data is None:
+        return None
+    if not isinstance(data, Mapping):
+        raise SpecError.one("goal", 'must be an object {"tokens": T, "deadline_days": D, "budget": optional}')
+    errors = [FieldError(f"goal.{str(k)[:40]}", "unknown field (known: budget, deadline_days, tokens)")
+              for k in data if k not in ("tokens", "deadline_days", "budget")]
+    tokens = _positive(data.get("tokens"), "goal.tokens", MAX_TOKENS, "tokens", errors)
+    days = _positive(data.get("deadline_days"), "goal.deadline_days", MAX_DEADLINE_DAYS, "days", errors)
+    budget = None
+    if data.get("budget") not in (None, ""):
+        budget = _positive(data["budget"], "goal.budget", MAX_BUDGET_USD, "USD", errors)
+    if errors:
+        raise SpecError(errors)
+    return Goal(tokens=tokens, deadline_days=days, budget_usd=budget)
+
+
+def _positive(value: Any, field: str, hi: float, unit: str, errors: list[FieldError]) -> float:
+    if value is None or value == "":
+        errors.append(FieldError(field, "is required"))
+        return 0.0
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number):
+        errors.append(FieldError(field, f"must be a number, not {str(value)[:40]!r}"))
+    elif not 0 < number <= hi:
+        errors.append(FieldError(field, f"must be more than 0 and at most {hi:g} {unit} (got {number:g})"))
+    return number
+
+
+def outcome(*, tokens_per_s: float | None, num_gpus: int, tokens: float | None,
+            price_per_gpu_hour: float | None) -> dict[str, float | None]:
+    """Time to train (days), GPU-hours and cost (USD) of training `tokens` at `tokens_per_s` on `num_gpus`.
+    None where an input is missing (no feasible layout, no token count, no price)."""
+    if not tokens_per_s or tokens is None:
+        return {"time_to_train_days": None, "gpu_hours": None, "cost": None}
+    days = tokens / tokens_per_s / SECONDS_PER_DAY      # tokens / (tokens/s) = s; / 86,400 s per day
+    gpu_hours = num_gpus * days * 24.0                   # GPUs × hours
+    cost = gpu_hours * price_per_gpu_hour if price_per_gpu_hour is not None else None  # GPU-h × USD/GPU-h
+    return {"time_to_train_days": _r(days), "gpu_hours": _r(gpu_hours), "cost": _r(cost) if cost is not None else None}
+
+
+def meets(goal: Goal | None, row: Mapping[str, Any]) -> bool | None:
+    """Whether a scenario meets the goal; None without a goal. A scenario with no feasible layout does not, and
+    nor does one without a price when the goal has a budget (its cost is unknown)."""
+    if goal is None:
+        return None
+    days = row.get("time_to_train_days")
+    if days is None or days > goal.deadline_days:
+        return False
+    if goal.budget_usd is not None:
+        return row.get("cost") is not None and row["cost"] <= goal.budget_usd
+    return True
+
+
+def best(rows: Sequence[Mapping[str, Any]]) -> int | None:
+    """Index of the best row among those with meets_goal true (see the module's docstring), or None."""
+    meeting = [i for i, row in enumerate(rows) if row.get("meets_goal")]
+    if not meeting:
+        return None
+    priced = all(rows[i].get("cost") is not None for i in meeting)
+    money = "cost" if priced else "gpu_hours"
+    return min(meeting, key=lambda i: (rows[i][money], rows[i]["num_gpus"], rows[i]["time_to_train_days"], i))
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both coordinates (lower is better), by the first one.
+    Sorted by x, a point is on the front when its y is below every y before it (ties on x: lowest y first)."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], points[i][1]))
+    front, lowest = [], math.inf
+    for i in order:
+        if points[i][1] < lowest:
+            front.append(i)
+            lowest = points[i][1]
+    return front
+
+
+def _r(x: float) -> float:
+    """A JSON-native float with 6 significant digits."""
+    return float(f"{float(x):.6g}")

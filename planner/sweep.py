@@ -1,0 +1,168 @@
+"""Scenario sweeps: a base spec and axes of values, expanded into one spec document per scenario.
+
+An axis is a dotted spec path (`cluster.num_gpus`, `training.precision`, `cluster.fabric.latency_us`) or a
+catalog-name path (`cluster.gpu`, `cluster.node`, `cluster.fabric`, and `model` for a preset), with a list of
+values. The scenarios are the product of the axes. Every scenario is parsed with `parse_spec` here, before
+anything is saved, so a bad path, an empty list or a value that makes one scenario invalid is reported at
+once, each message naming the axis (`vary.<path>`) or the base field (`base.<path>`) and the scenario.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .errors import FieldError, SpecError
+from .spec import SECTIONS, PlanSpec, parse_spec
+
+MAX_SCENARIOS = 1024  # the issue's bound: a sweep is a study, not a search of its own
+MAX_AXES = 8
+MAX_MESSAGES_PER_FIELD = 5  # past this, the same rule broken by more scenarios adds nothing a reader needs
+
+# Paths whose values are catalog names; `model` is the one section parse_spec does not resolve by name.
+CATALOG_PATHS = {"cluster.gpu": "gpu", "cluster.node": "node", "cluster.fabric": "fabric", "model": "model"}
+
+
+def axis_paths() -> list[str]:
+    """Every path a sweep may vary: each field of the engine's tables, the GPU count, the catalog names."""
+    fields = [f"{section}.{f.name}" for section, table in SECTIONS.items() for f in table]
+    return sorted({"cluster.num_gpus", *CATALOG_PATHS, *fields})
+
+
+@dataclass(frozen=True)
+class Scenario:
+    values: dict[str, Any]   # {path: value} for this scenario, in axis order
+    spec: PlanSpec
+
+
+def expand(base: Any, vary: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = None) -> list[Scenario]:
+    """Every scenario of the sweep, parsed; raises SpecError naming each bad axis, value or scenario."""
+    errors: list[FieldError] = []
+    if not isinstance(base, Mapping):
+        raise SpecError.one("base", "must be a spec object (model, training, cluster)")
+    axes = _axes(vary, errors)
+    if errors:
+        raise SpecError(errors)
+    scenarios: list[Scenario] = []
+    for combo in itertools.product(*axes.values()):
+        values = dict(zip(axes, combo, strict=True))
+        try:
+            doc = scenario_doc(base, values, catalog)
+            scenarios.append(Scenario(values=values, spec=parse_spec(doc, catalog)))
+        except SpecError as err:
+            errors.extend(_scenario_errors(err, values))
+    if errors:
+        raise SpecError(_deduplicated(errors))
+    return scenarios
+
+
+def _axes(vary: Any, errors: list[FieldError]) -> dict[str, list[Any]]:
+    """The axes as {path: values}, checked: known paths, non-empty lists of distinct values, bounded product."""
+    if not isinstance(vary, Mapping) or not vary:
+        errors.append(FieldError("vary", "must be an object of {path: [values, ...]} with at least one axis"))
+        return {}
+    if len(vary) > MAX_AXES:
+        errors.append(FieldError("vary", f"must have at most {MAX_AXES} axes (got {len(vary)})"))
+        return {}
+    known = set(axis_paths())
+    axes: dict[str, list[Any]] = {}
+    for path, values in vary.items():
+        field = f"vary.{_printable(path)}"
+        if path not in known:
+            errors.append(FieldError(field, "unknown path (known: cluster.num_gpus, cluster.gpu, cluster.node, "
+                                            "cluster.fabric, model, and model.*, training.*, layout.*, "
+                                            "cluster.gpu.*, cluster.node.*, cluster.fabric.* fields)"))
+        elif not isinstance(values, list) or not values:
+            errors.append(FieldError(field, "must be a non-empty list of values"))
+        elif len({_key(v) for v in values}) != len(values):
+            errors.append(FieldError(field, "lists a value twice"))
+        else:
+            axes[path] = values
+    total = math.prod(len(v) for v in axes.values())
+    if not errors and total > MAX_SCENARIOS:
+        sizes = " × ".join(str(len(v)) for v in axes.values())
+        errors.append(FieldError("vary", f"makes {sizes} = {total:,} scenarios; at most {MAX_SCENARIOS:,}"))
+    return axes
+
+
+def scenario_doc(base: Mapping[str, Any], values: Mapping[str, Any],
+                 catalog: Mapping[str, Mapping[str, Mapping]] | None = None) -> dict[str, Any]:
+    """The base spec with this scenario's values set, as a spec document for parse_spec. A model preset
+    (a name, in the base or on the `model` axis) becomes its catalog row; a field under a hardware entry given
+    by name (`cluster.gpu.memory_gib` over "H100 SXM5 80GB") overrides that field of the named row."""
+    doc = copy.deepcopy(dict(base))
+    if "model" in values:
+        doc["model"] = copy.deepcopy(values["model"])
+    if isinstance(doc.get("model"), str):  # before any model.* axis, which overrides a field of the preset
+        preset = ((catalog or {}).get("model") or {}).get(doc["model"].strip())
+        if preset is None:
+            names = ", ".join(sorted((catalog or {}).get("model") or {})[:20])
+            raise SpecError.one("model", f"unknown model preset {doc['model'][:60]!r} (known: {names})")
+        doc["model"] = dict(preset)
+    for path, value in sorted(values.items(), key=lambda kv: kv[0].count(".")):  # whole sections first
+        if path != "model":
+            _set(doc, path.split("."), copy.deepcopy(value))
+    return doc
+
+
+def _set(doc: dict[str, Any], keys: list[str], value: Any) -> None:
+    target = doc
+    for key in keys[:-1]:
+        child = target.get(key)
+        if isinstance(child, str):  # a catalog name: the named row with this field overridden
+            child = {"name": child}
+        elif not isinstance(child, dict):
+            child = {}
+        target[key] = child = dict(child)
+        target = child
+    target[keys[-1]] = value
+
+
+def _scenario_errors(err: SpecError, values: dict[str, Any]) -> list[FieldError]:
+    """A scenario's spec errors, filed under the axis that made the field bad, else under the base."""
+    label = scenario_label(values)
+    out = []
+    for e in err.errors:
+        axis = next((p for p in values if e.field == p or e.field.startswith(p + ".")), None)
+        if axis is None:
+            axis = next((p for p in values if p.split(".")[0] == e.field.split(".")[0]), None)
+        key = f"vary.{axis}" if axis else f"base.{e.field}"
+        out.append(FieldError(key, f"scenario {label}: {e}" if axis else e.message))
+    return out
+
+
+def scenario_label(values: Mapping[str, Any]) -> str:
+    """{cluster.num_gpus: 100, training.precision: fp8}: how a message names a scenario."""
+    return "{" + ", ".join(f"{path}: {_short(v)}" for path, v in values.items()) + "}"
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _deduplicated(errors: list[FieldError]) -> list[FieldError]:
+    """Each message once, and at most MAX_MESSAGES_PER_FIELD per field (then a count of the rest)."""
+    per_field: dict[str, list[str]] = {}
+    for e in errors:
+        messages = per_field.setdefault(e.field, [])
+        if e.message not in messages:
+            messages.append(e.message)
+    out = []
+    for field, messages in per_field.items():
+        out.extend(FieldError(field, m) for m in messages[:MAX_MESSAGES_PER_FIELD])
+        if len(messages) > MAX_MESSAGES_PER_FIELD:
+            out.append(FieldError(field, f"and {len(messages) - MAX_MESSAGES_PER_FIELD} more scenarios like these"))
+    return out
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _printable(key: Any) -> str:
+    text = "".join(c if c.isprintable() else "?" for c in str(key))[:80]
+    return text if text.strip() else repr(text)

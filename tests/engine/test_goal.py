@@ -1,0 +1,60 @@
+"""Goal arithmetic: time to train, GPU-hours, cost, meeting a goal, the best scenario, the Pareto front."""
+from __future__ import annotations
+
+import pytest
+
+from planner import SpecError
+from planner.goal import Goal, best, meets, outcome, pareto_front, parse_goal
+
+
+def test_time_gpu_hours_and_cost_follow_from_tokens_per_second():
+    # 15T tokens at 1.5M tokens/s = 1e7 s = 115.74 days; × 1,024 GPUs × 24 h = 2,844,444 GPU-hours.
+    out = outcome(tokens_per_s=1.5e6, num_gpus=1024, tokens=15e12, price_per_gpu_hour=2.0)
+    assert out["time_to_train_days"] == pytest.approx(1e7 / 86400, rel=1e-5)
+    assert out["gpu_hours"] == pytest.approx(1e7 * 1024 / 3600, rel=1e-5)
+    assert out["cost"] == pytest.approx(2 * 1e7 * 1024 / 3600, rel=1e-5)
+
+
+def test_without_a_price_or_a_layout_the_unknowns_are_none():
+    assert outcome(tokens_per_s=1e6, num_gpus=8, tokens=1e12, price_per_gpu_hour=None)["cost"] is None
+    assert outcome(tokens_per_s=None, num_gpus=8, tokens=1e12, price_per_gpu_hour=2.0) == {
+        "time_to_train_days": None, "gpu_hours": None, "cost": None}
+
+
+def test_a_goal_is_met_within_the_deadline_and_the_budget():
+    goal = Goal(tokens=1e12, deadline_days=90, budget_usd=1e6)
+    assert meets(goal, {"time_to_train_days": 89.9, "cost": 9e5}) is True
+    assert meets(goal, {"time_to_train_days": 90.1, "cost": 9e5}) is False
+    assert meets(goal, {"time_to_train_days": 80, "cost": 2e6}) is False
+    assert meets(goal, {"time_to_train_days": 80, "cost": None}) is False  # unpriced: the budget cannot be judged
+    assert meets(Goal(1e12, 90), {"time_to_train_days": 80, "cost": None}) is True
+    assert meets(goal, {"time_to_train_days": None, "cost": None}) is False  # no feasible layout
+    assert meets(None, {"time_to_train_days": 1}) is None
+
+
+def test_the_best_is_the_cheapest_meeting_the_goal_then_the_fewest_gpus():
+    rows = [{"meets_goal": True, "cost": 300.0, "gpu_hours": 100, "num_gpus": 64, "time_to_train_days": 5},
+            {"meets_goal": False, "cost": 100.0, "gpu_hours": 50, "num_gpus": 8, "time_to_train_days": 99},
+            {"meets_goal": True, "cost": 200.0, "gpu_hours": 120, "num_gpus": 128, "time_to_train_days": 4},
+            {"meets_goal": True, "cost": 200.0, "gpu_hours": 120, "num_gpus": 64, "time_to_train_days": 6}]
+    assert best(rows) == 3
+    rows[2]["cost"] = None  # one unpriced: compare GPU-hours across all
+    assert best(rows) == 0
+    assert best([{**r, "meets_goal": False} for r in rows]) is None
+
+
+def test_the_pareto_front_keeps_points_nothing_beats_on_both():
+    points = [(10, 5), (5, 10), (7, 7), (8, 8), (5, 12), (12, 1)]
+    assert pareto_front(points) == [1, 2, 0, 5]
+
+
+def test_a_bad_goal_names_each_field():
+    with pytest.raises(SpecError) as caught:
+        parse_goal({"tokens": -1, "deadline_days": "soon", "budget": 0, "extra": 1})
+    errors = caught.value.as_dict()
+    assert set(errors) == {"goal.tokens", "goal.deadline_days", "goal.budget", "goal.extra"}
+    assert "must be more than 0" in errors["goal.tokens"][0]
+    assert parse_goal(None) is None
+    assert parse_goal({"tokens": "15e12", "deadline_days": 90}).as_dict() == {"tokens": 15e12, "deadline_days": 90}
+    with pytest.raises(SpecError):
+        parse_goal([1])

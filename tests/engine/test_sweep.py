@@ -1,0 +1,98 @@
+"""Sweep expansion: the product of the axes, each scenario parsed, every problem named by axis and scenario."""
+from __future__ import annotations
+
+import pytest
+
+from planner import SpecError
+from planner.sweep import MAX_SCENARIOS, axis_paths, expand, scenario_doc, scenario_label
+
+BASE = {"model": "Llama 3 70B", "training": {"global_batch": 1024, "precision": "bf16"},
+        "cluster": {"num_gpus": 256, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
+                    "fabric": "NDR InfiniBand fat tree"}}
+
+
+def errors_of(base, vary, catalog) -> dict[str, list[str]]:
+    with pytest.raises(SpecError) as caught:
+        expand(base, vary, catalog)
+    return caught.value.as_dict()
+
+
+def test_it_makes_the_product_of_the_axes_in_axis_order(catalog):
+    scenarios = expand(BASE, {"cluster.num_gpus": [256, 512, 1024],
+                              "cluster.fabric": ["NDR InfiniBand fat tree", "RoCEv2 400 GbE (Llama 3 style)"],
+                              "training.precision": ["bf16", "fp8"]}, catalog)
+    assert len(scenarios) == 12
+    first, last = scenarios[0], scenarios[-1]
+    assert first.values == {"cluster.num_gpus": 256, "cluster.fabric": "NDR InfiniBand fat tree",
+                            "training.precision": "bf16"}
+    assert (last.spec.cluster.num_gpus, last.spec.cluster.fabric.kind, last.spec.training.precision) == (
+        1024, "roce", "fp8")
+    assert first.spec.model.name == "Llama 3 70B" and first.spec.model.layers == 80  # the preset, expanded
+
+
+def test_a_field_under_a_named_row_overrides_only_that_field(catalog):
+    (one,) = expand(BASE, {"cluster.gpu.memory_gib": [141]}, catalog)
+    assert one.spec.cluster.gpu.memory_gib == 141
+    assert one.spec.cluster.gpu.peak_tflops == catalog["gpu"]["H100 SXM5 80GB"]["peak_tflops"]
+
+
+def test_a_model_axis_takes_presets_and_model_fields_override_them(catalog):
+    scenarios = expand(BASE, {"model": ["Llama 3 8B", "Llama 3 70B"], "model.seq_len": [4096]}, catalog)
+    assert [(s.spec.model.name, s.spec.model.layers, s.spec.model.seq_len) for s in scenarios] == [
+        ("Llama 3 8B", 32, 4096), ("Llama 3 70B", 80, 4096)]
+
+
+def test_a_scenario_the_engine_refuses_is_named_under_its_axis(catalog):
+    errors = errors_of(BASE, {"cluster.num_gpus": [256, 100]}, catalog)
+    assert list(errors) == ["vary.cluster.num_gpus"]
+    (message,) = errors["vary.cluster.num_gpus"]
+    assert message.startswith("scenario {cluster.num_gpus: 100}: cluster.num_gpus: must be a positive multiple")
+    assert "node.gpus (8)" in message
+
+
+def test_an_unknown_path_an_empty_list_and_a_repeat_are_each_named(catalog):
+    errors = errors_of(BASE, {"cluster.gpus": [1], "training.precision": [], "cluster.num_gpus": [256, 256]},
+                       catalog)
+    assert "unknown path" in errors["vary.cluster.gpus"][0]
+    assert errors["vary.training.precision"] == ["must be a non-empty list of values"]
+    assert errors["vary.cluster.num_gpus"] == ["lists a value twice"]
+
+
+def test_an_unknown_catalog_name_on_an_axis_is_named(catalog):
+    errors = errors_of(BASE, {"cluster.gpu": ["H100 SXM5 80GB", "Z9000"]}, catalog)
+    assert "scenario {cluster.gpu: Z9000}: cluster.gpu: unknown catalog name 'Z9000'" in errors["vary.cluster.gpu"][0]
+    errors = errors_of(BASE, {"model": ["Llama 9"]}, catalog)
+    assert "unknown model preset 'Llama 9'" in errors["vary.model"][0]
+
+
+def test_more_than_1024_scenarios_is_refused_with_the_count(catalog):
+    errors = errors_of(BASE, {"cluster.num_gpus": [8 * i for i in range(1, 34)],
+                              "training.global_batch": list(range(1024, 1024 + 32))}, catalog)
+    assert errors == {"vary": [f"makes 33 × 32 = 1,056 scenarios; at most {MAX_SCENARIOS:,}"]}
+
+
+def test_a_bad_base_field_is_named_once_under_base(catalog):
+    base = {**BASE, "training": {"global_batch": "many"}}
+    errors = errors_of(base, {"cluster.num_gpus": [256, 512]}, catalog)
+    assert errors == {"base.training.global_batch": ["must be a number, not 'many'"]}
+
+
+def test_a_field_axis_overrides_that_field_of_each_named_row_and_a_missing_vary_is_refused(catalog):
+    scenarios = expand(BASE, {"cluster.gpu": ["B200", "H100 SXM5 80GB"], "cluster.gpu.memory_gib": [80]}, catalog)
+    assert [(s.spec.cluster.gpu.name, s.spec.cluster.gpu.memory_gib) for s in scenarios] == [
+        ("B200", 80), ("H100 SXM5 80GB", 80)]
+    assert scenarios[0].spec.cluster.gpu.peak_tflops == catalog["gpu"]["B200"]["peak_tflops"]
+    assert "vary" in errors_of(BASE, {}, catalog)
+    assert "vary" in errors_of(BASE, [1, 2], catalog)
+
+
+def test_every_engine_field_is_a_path_and_the_base_is_not_changed(catalog):
+    paths = axis_paths()
+    assert {"cluster.num_gpus", "cluster.gpu", "model", "training.precision", "layout.tp",
+            "cluster.fabric.latency_us"} <= set(paths)
+    base = {**BASE, "cluster": dict(BASE["cluster"])}
+    doc = scenario_doc(base, {"cluster.gpu.memory_gib": 96}, catalog)
+    assert doc["cluster"]["gpu"] == {"name": "H100 SXM5 80GB", "memory_gib": 96}
+    assert base["cluster"]["gpu"] == "H100 SXM5 80GB"
+    assert scenario_label({"cluster.num_gpus": 100, "training.precision": "fp8"}) == (
+        "{cluster.num_gpus: 100, training.precision: fp8}")
