@@ -122,11 +122,13 @@ def _set(doc: dict[str, Any], keys: list[str], value: Any) -> None:
 
 
 def _scenario_errors(err: SpecError, values: dict[str, Any]) -> list[FieldError]:
-    """A scenario's spec errors, filed under the axis that made the field bad, else under the base."""
-    label = scenario_label(values)
+    """A scenario's spec errors, filed under the axis that made the field bad, else under the base. An error in
+    the axis's own field names only that axis's value (the other axes did not cause it); one elsewhere in the
+    axis's section names the whole scenario."""
     out = []
     for e in err.errors:
         axis = next((p for p in values if e.field == p or e.field.startswith(p + ".")), None)
+        label = scenario_label({axis: values[axis]}) if axis else scenario_label(values)
         if axis is None:
             axis = next((p for p in values if p.split(".")[0] == e.field.split(".")[0]), None)
         key = f"vary.{axis}" if axis else f"base.{e.field}"

@@ -19,7 +19,7 @@ from planner.spec import SECTIONS
 
 from . import services
 from .forms import field_label
-from .models import Fabric, GPUType, ModelPreset, NodeType, Plan
+from .models import Fabric, GPUType, ModelPreset, NodeType, Plan, Sweep, SweepScenario
 
 _SECTION_FIELDS = {"gpu": "cluster.gpu", "node": "cluster.node", "fabric": "cluster.fabric", "model": "model"}
 
@@ -89,7 +89,8 @@ class CatalogAdmin(admin.ModelAdmin):
 
 @admin.register(GPUType)
 class GPUTypeAdmin(CatalogAdmin):
-    list_display = ("name", "peak_tflops", "fp8_tflops", "memory_gib", "memory_gbytes_per_s", "sm_count")
+    list_display = ("name", "peak_tflops", "fp8_tflops", "memory_gib", "memory_gbytes_per_s", "sm_count",
+                    "price_per_gpu_hour_usd")
     list_filter = ("memory_gib", "sm_count")
 
 
@@ -135,6 +136,33 @@ class PlanAdmin(admin.ModelAdmin):
     list_filter = ("status",)
     search_fields = ("code", "spec_hash")
     readonly_fields = [f.name for f in Plan._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class SweepScenarioInline(admin.TabularInline):
+    model = SweepScenario
+    fields = ("position", "values", "plan", "price_per_gpu_hour_usd")
+    readonly_fields = fields
+    can_delete = False
+    extra = 0
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Sweep)
+class SweepAdmin(admin.ModelAdmin):
+    """Sweeps are records, like plans: readable, deletable (their plans stay), never edited."""
+
+    list_display = ("code", "title", "created_at")
+    search_fields = ("code",)
+    readonly_fields = [f.name for f in Sweep._meta.fields]
+    inlines = [SweepScenarioInline]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

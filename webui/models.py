@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
 from django.utils import timezone
@@ -91,6 +92,12 @@ class GPUType(CatalogRow):
     memory_gbytes_per_s = models.FloatField()
     fp8_tflops = models.FloatField(null=True, blank=True)
     sm_count = models.PositiveIntegerField(default=132)
+    # Catalog only, not a spec field: the engine never sees it. Sweeps read it for a scenario's cost (goal-seeking).
+    price_per_gpu_hour_usd = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(10_000)],
+        verbose_name="price per GPU-hour (USD)",
+        help_text="Optional: what one GPU-hour costs you, for sweeps' cost and budget. Say where it comes from "
+                  "(and when) in the source notes. Empty: sweeps rank by GPU-hours.")
 
     class Meta(CatalogRow.Meta):
         verbose_name = "GPU type"
@@ -209,3 +216,45 @@ class Plan(models.Model):
 
     def waited(self, now: datetime | None = None) -> timedelta:
         return (now or timezone.now()) - self.created_at
+
+
+class Sweep(models.Model):
+    """A base spec and axes of values; each scenario of their product is an ordinary Plan (SweepScenario).
+    Its progress is read from those plans' statuses, so it cannot go stale, and it never changes once made."""
+
+    code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    base = models.JSONField(help_text="The base spec, as submitted.")
+    vary = models.JSONField(help_text="{dotted spec path: [values, ...]}, as submitted.")
+    goal = models.JSONField(null=True, blank=True, help_text='{"tokens", "deadline_days", "budget"} or empty.')
+    top = models.PositiveSmallIntegerField(default=10, help_text="Ranked layouts kept by each scenario's plan.")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.title
+
+    def get_absolute_url(self) -> str:
+        return reverse("sweep-detail", args=[self.code])
+
+    @property
+    def title(self) -> str:
+        model = self.base.get("model") if isinstance(self.base, dict) else None
+        name = model if isinstance(model, str) else (model or {}).get("name", "model")
+        return f"Sweep of {name} over {', '.join(self.vary or {})}"
+
+
+class SweepScenario(models.Model):
+    """One scenario of a sweep: its values on each axis and the plan that answers it."""
+
+    sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="scenarios")
+    position = models.PositiveIntegerField()
+    values = models.JSONField(help_text="{path: value} on each axis.")
+    plan = models.ForeignKey(Plan, on_delete=models.PROTECT, related_name="sweep_scenarios")
+    price_per_gpu_hour_usd = models.FloatField(
+        null=True, blank=True, help_text="The GPU's catalog price when the sweep was made (a sweep never changes).")
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [models.UniqueConstraint(fields=["sweep", "position"], name="sweep_scenario_position")]

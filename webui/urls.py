@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import path
 
-from . import views
+from . import sweep_views, views
 
 urlpatterns = [
     path("", views.plan_new, name="plan-new"),
@@ -11,6 +11,12 @@ urlpatterns = [
     path("api/plans", views.api_plans, name="api-plans"),
     path("api/plans/<uuid:code>", views.api_plan, name="api-plan"),
     path("api/catalog", views.api_catalog, name="api-catalog"),
+    path("sweeps/new/", sweep_views.sweep_new, name="sweep-new"),
+    path("sweeps/<uuid:code>/", sweep_views.sweep_detail, name="sweep-detail"),
+    path("sweeps/<uuid:code>/csv", sweep_views.sweep_csv, name="sweep-csv"),
+    path("compare/", sweep_views.plans_compare, name="plans-compare"),
+    path("api/sweeps", sweep_views.api_sweeps, name="api-sweeps"),
+    path("api/sweeps/<uuid:code>", sweep_views.api_sweep, name="api-sweep"),
     path("admin/", admin.site.urls),
 ]
 

@@ -1,0 +1,216 @@
+"""Sweeps through the JSON API, the page, the form and the CSV; goal-seeking; comparing plans side by side.
+
+The scenarios' plans are searched here by the real service (`services.plan_run`, the worker's own code) in
+this process, so these tests need no worker; tests/web/test_sweep_worker.py runs them on real workers.
+"""
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+from typing import Any
+
+import pytest
+
+from webui import services
+from webui.models import GPUType, Plan, Sweep, SweepScenario
+
+pytestmark = pytest.mark.django_db
+
+HARDWARE = {"gpu": "H100 SXM5 80GB", "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"}
+BASE: dict[str, Any] = {"model": "Llama 3 8B", "training": {"global_batch": 256, "precision": "bf16"},
+                        "cluster": {"num_gpus": 64, **HARDWARE}}
+
+
+def post(client, body: Any):
+    payload = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return client.post("/api/sweeps", payload, content_type="application/json")
+
+
+def run_plans(sweep_code: str) -> None:
+    """Search every queued plan of the sweep with the worker's own service, in this process."""
+    for plan in Plan.objects.filter(sweep_scenarios__sweep__code=sweep_code, status="queued"):
+        services.plan_run(plan_id=plan.pk)
+
+
+def test_posting_a_sweep_makes_one_queued_plan_per_scenario(client, seeded, django_capture_on_commit_callbacks):
+    body = {"base": BASE, "vary": {"cluster.num_gpus": [64, 128], "training.precision": ["bf16", "fp8"]}}
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = post(client, body)
+    assert response.status_code == 201, response.content
+    sweep = Sweep.objects.get()
+    assert response.json() == {"code": str(sweep.code), "url": f"http://testserver/sweeps/{sweep.code}/",
+                               "status": "queued", "total": 4}
+    scenarios = list(sweep.scenarios.select_related("plan"))
+    assert [s.values for s in scenarios] == [
+        {"cluster.num_gpus": 64, "training.precision": "bf16"}, {"cluster.num_gpus": 64, "training.precision": "fp8"},
+        {"cluster.num_gpus": 128, "training.precision": "bf16"},
+        {"cluster.num_gpus": 128, "training.precision": "fp8"}]
+    assert [(s.plan.spec["cluster"]["num_gpus"], s.plan.spec["training"]["precision"]) for s in scenarios] == [
+        (64, "bf16"), (64, "fp8"), (128, "bf16"), (128, "fp8")]
+    assert len(callbacks) == 4  # each scenario's task is sent on its own, once the sweep is committed
+    shown = client.get(f"/api/sweeps/{sweep.code}").json()
+    assert (shown["status"], shown["done"], shown["total"], shown["best"]) == ("queued", 0, 4, None)
+
+
+@pytest.mark.parametrize("vary,field,message", [
+    ({"cluster.num_gpus": [64, 100]}, "vary.cluster.num_gpus",
+     "scenario {cluster.num_gpus: 100}: cluster.num_gpus: must be a positive multiple of node.gpus (8)"),
+    ({"cluster.gpus": [8]}, "vary.cluster.gpus", "unknown path"),
+    ({"training.precision": []}, "vary.training.precision", "must be a non-empty list of values"),
+    ({"cluster.fabric": ["NDR InfiniBand fat tree", "Carrier pigeon"]}, "vary.cluster.fabric",
+     "scenario {cluster.fabric: Carrier pigeon}: cluster.fabric: unknown catalog name 'Carrier pigeon'"),
+    ({"cluster.num_gpus": list(range(8, 8 * 41, 8)), "training.global_batch": list(range(256, 256 + 26))},
+     "vary", "makes 40 × 26 = 1,040 scenarios; at most 1,024"),
+    ("fast", "vary", "must be an object"),
+])
+def test_a_bad_axis_is_a_400_naming_it_and_nothing_is_saved(client, seeded, vary, field, message):
+    response = post(client, {"base": BASE, "vary": vary})
+    assert response.status_code == 400
+    errors = response.json()["errors"]
+    assert any(message in m for m in errors[field]), errors
+    assert not Sweep.objects.exists() and not Plan.objects.exists()
+
+
+@pytest.mark.parametrize("body,field,message", [
+    ({"base": BASE, "vary": {"cluster.num_gpus": [64]}, "goal": {"tokens": 1e12}}, "goal.deadline_days",
+     "is required"),
+    ({"base": BASE, "vary": {"cluster.num_gpus": [64]}, "goal": {"tokens": 1e12, "deadline_days": -3}},
+     "goal.deadline_days", "must be more than 0"),
+    ({"base": {**BASE, "training": {"global_batch": 0}}, "vary": {"cluster.num_gpus": [64]}},
+     "base.training.global_batch", "must be at least 1"),
+    ({"base": BASE, "vary": {"cluster.num_gpus": [64]}, "extra": 1}, "extra", "unknown field"),
+    ({"vary": {"cluster.num_gpus": [64]}}, "base", "must be a spec object"),
+    ([1], "sweep", "must be a JSON object"),
+    (b"{oops", "sweep", "is not valid JSON"),
+])
+def test_a_bad_base_goal_or_body_is_a_400_naming_the_field(client, seeded, body, field, message):
+    response = post(client, body)
+    assert response.status_code == 400
+    errors = response.json()["errors"]
+    assert any(message in m for m in errors[field]), errors
+
+
+def test_a_finished_sweep_reports_time_cost_goal_and_the_cheapest_scenario(client, seeded):
+    GPUType.objects.filter(name="H100 SXM5 80GB").update(price_per_gpu_hour_usd=2.0)
+    goal = {"tokens": 1e12, "deadline_days": 60}
+    body = {"base": BASE, "vary": {"cluster.num_gpus": [64, 128, 256], "cluster.gpu": ["H100 SXM5 80GB", "B200"]},
+            "goal": goal}
+    code = post(client, body).json()["code"]
+    run_plans(code)
+    data = client.get(f"/api/sweeps/{code}").json()
+    assert (data["status"], data["done"], data["total"]) == ("done", 6, 6)
+    by_values = {(r["values"]["cluster.num_gpus"], r["values"]["cluster.gpu"]): r for r in data["scenarios"]}
+    h100 = by_values[(128, "H100 SXM5 80GB")]
+    plan = Plan.objects.get(code=h100["plan"])
+    best_layout = plan.result["plans"][0]
+    assert h100["tokens_per_s"] == best_layout["tokens_per_s"] and h100["mfu"] == best_layout["mfu"]
+    days = 1e12 / best_layout["tokens_per_s"] / 86400
+    assert h100["time_to_train_days"] == pytest.approx(days, rel=1e-5)
+    assert h100["gpu_hours"] == pytest.approx(128 * days * 24, rel=1e-5)
+    assert h100["cost"] == pytest.approx(2.0 * 128 * days * 24, rel=1e-5)
+    assert h100["meets_goal"] is (days <= 60)
+    assert by_values[(128, "B200")]["cost"] is None  # B200 has no price in the catalog
+    meeting = [r for r in data["scenarios"] if r["meets_goal"]]
+    assert meeting, data["scenarios"]
+    # Some meeting scenarios are unpriced, so the best is by GPU-hours, then the fewest GPUs.
+    expected = min(meeting, key=lambda r: (r["gpu_hours"], r["num_gpus"], r["time_to_train_days"]))
+    assert data["best"]["plan"] == expected["plan"]
+    assert set(h100) >= {"values", "plan", "status", "step_time_s", "tokens_per_s", "mfu", "time_to_train_days",
+                         "gpu_hours", "cost", "meets_goal", "layout"}
+
+    rows = list(csv.reader(io.StringIO(client.get(f"/sweeps/{code}/csv").content.decode())))
+    assert rows[0][:4] == ["cluster.num_gpus", "cluster.gpu", "plan", "status"] and len(rows) == 7
+    assert rows[1][2] == data["scenarios"][0]["plan"] and rows[1][-1] in ("true", "false")
+
+    page = client.get(f"/sweeps/{code}/").content.decode()
+    for chart in ("time-vs-gpus", "cost-vs-time", "mfu-heatmap"):
+        assert f'id="chart-{chart}"' in page
+    assert f'href="/plans/{h100["plan"]}/"' in page and 'id="sweep-best"' in page
+
+
+def test_identical_scenarios_reuse_finished_answers(client, seeded):
+    body = {"base": BASE, "vary": {"cluster.num_gpus": [64, 128]}}
+    first = post(client, body).json()["code"]
+    run_plans(first)
+    second = post(client, body).json()
+    assert second["status"] == "done"  # every scenario's answer is reused at once, no search
+    plans = Plan.objects.filter(sweep_scenarios__sweep__code=second["code"])
+    assert plans.count() == 2 and all(p.reused_from is not None and p.status == "done" for p in plans)
+
+
+def test_the_sweep_form_makes_a_sweep_and_puts_errors_beside_their_fields(client, seeded):
+    fields = {"model": "Llama 3 8B", "gpus": ["H100 SXM5 80GB"], "nodes": ["DGX H100"],
+              "fabrics": ["NDR InfiniBand fat tree", "RoCEv2 400 GbE (Llama 3 style)"], "num_gpus": "64, 128",
+              "precisions": ["bf16"], "global_batch": "256", "tokens": "1e12", "deadline_days": "30"}
+    response = client.post("/sweeps/new/", fields)
+    assert response.status_code == 302
+    sweep = Sweep.objects.get()
+    assert response["Location"] == sweep.get_absolute_url()
+    assert sweep.vary == {"cluster.fabric": fields["fabrics"], "cluster.num_gpus": [64, 128]}
+    assert sweep.goal == {"tokens": 1e12, "deadline_days": 30.0}
+    assert sweep.base["cluster"] == {"gpu": "H100 SXM5 80GB", "node": "DGX H100"}
+
+    response = client.post("/sweeps/new/", {**fields, "num_gpus": "64, 100", "deadline_days": "soon"})
+    assert response.status_code == 200
+    errors = response.context["form"].errors
+    assert "scenario {cluster.num_gpus: 100" in errors["num_gpus"][0]
+    assert "must be a number" in errors["deadline_days"][0]
+    assert 'data-field="num_gpus"' in response.content.decode()
+    assert Sweep.objects.count() == 1
+    assert client.get("/sweeps/new/").status_code == 200
+    assert 'href="/sweeps/new/"' in client.get("/").content.decode()
+
+
+def test_a_gpu_price_is_optional_and_bounded(seeded):
+    from django.core.exceptions import ValidationError
+
+    gpu = GPUType.objects.get(name="H100 SXM5 80GB")
+    assert gpu.price_per_gpu_hour_usd is None and "price_per_gpu_hour_usd" not in gpu.spec_fields()
+    gpu.price_per_gpu_hour_usd = -1
+    with pytest.raises(ValidationError) as caught:
+        gpu.full_clean()
+    assert "price_per_gpu_hour_usd" in caught.value.message_dict
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Compare
+
+
+def finished_plans(client, count: int) -> list[Plan]:
+    code = post(client, {"base": BASE, "vary": {"cluster.num_gpus": [64, 128, 256, 512][:count]}}).json()["code"]
+    run_plans(code)
+    return [s.plan for s in SweepScenario.objects.filter(sweep__code=code).select_related("plan")]
+
+
+def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded):
+    a, b = finished_plans(client, 2)
+    response = client.get(f"/compare/?plans={a.code},{b.code}")
+    assert response.status_code == 200
+    sections = {s["title"]: {r["label"]: r for r in s["rows"]} for s in response.context["sections"]}
+    assert sections["Request"]["GPUs"] == {"label": "GPUs", "cells": ["64", "128"], "differs": True}
+    assert sections["Request"]["model"]["differs"] is False
+    assert sections["Best layout"]["dp"]["cells"] == [str(p.result["plans"][0]["layout"]["dp"]) for p in (a, b)]
+    assert "infiniband" in sections["Communication by fabric (s per step)"] or \
+        "nvlink" in sections["Communication by fabric (s per step)"]
+    assert {"weights", "activations", "total"} <= set(sections["Memory per GPU (GiB)"])
+    assert "time to train (days)" in sections["Throughput and time to train"]
+    page = response.content.decode()
+    assert 'class="differs"' in page and f'href="/plans/{a.code}/"' in page
+    # A plan's link works as well as its code, and repeated ?plans= too (the plan page's form sends that).
+    assert client.get(f"/compare/?plans=http://x/plans/{a.code}/&plans={b.code}").status_code == 200
+    assert 'id="compare-with"' in client.get(f"/plans/{a.code}/").content.decode()
+
+
+@pytest.mark.parametrize("query,status,message", [
+    ("", 400, "give 2 to 4 different plan codes"),
+    ("plans=nonsense,also-bad", 400, "'nonsense' is not a plan code"),
+    ("plans=" + ",".join(["6b0c6c1e-9f5e-4a43-9b0c-2f2f3c1f0a1%d" % i for i in range(5)]), 400, "(got 5)"),
+    ("plans=6b0c6c1e-9f5e-4a43-9b0c-2f2f3c1f0a10,6b0c6c1e-9f5e-4a43-9b0c-2f2f3c1f0a11", 404,
+     "no plan with the code 6b0c6c1e-9f5e-4a43-9b0c-2f2f3c1f0a10, 6b0c6c1e-9f5e-4a43-9b0c-2f2f3c1f0a11"),
+])
+def test_compare_with_bad_or_missing_codes_says_so_not_a_500(client, seeded, query, status, message):
+    response = client.get(f"/compare/?{query}")
+    assert response.status_code == status
+    assert message in html.unescape(response.content.decode())

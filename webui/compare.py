@@ -1,0 +1,148 @@
+"""Plans side by side: the same rows for 2 to 4 plans, each row marked when the plans differ on it.
+
+Rows are read from each plan's stored answer (its best layout) with `.get` and defaults, so a pending or
+failed plan, or one with no feasible layout, shows dashes instead of breaking the page.
+"""
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any, Callable
+
+from planner.goal import SECONDS_PER_DAY
+
+from .charts import MEMORY_PARTS, TIME_LABELS, TIME_PARTS
+from .models import Plan
+
+MIN_PLANS, MAX_PLANS = 2, 4
+_UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
+LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "recompute", "sequence_parallel", "zero",
+               "rank_order")
+
+
+class CompareError(ValueError):
+    """A request the compare page cannot answer; `status` is 400 (bad list) or 404 (no such plan)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def compare_codes(values: list[str]) -> list[uuid.UUID]:
+    """Plan codes from ?plans=A,B (or repeated ?plans=), each a code or a plan's link; 2 to 4, distinct."""
+    items = [item.strip() for value in values for item in value.split(",") if item.strip()]
+    codes: list[uuid.UUID] = []
+    for item in items:
+        found = _UUID.search(item)
+        if found is None:
+            raise CompareError(f"plans: {item[:80]!r} is not a plan code (a UUID, or a plan's link)")
+        code = uuid.UUID(found.group(0))
+        if code not in codes:
+            codes.append(code)
+    if not MIN_PLANS <= len(codes) <= MAX_PLANS:
+        raise CompareError(f"plans: give {MIN_PLANS} to {MAX_PLANS} different plan codes, separated by commas "
+                           f"(got {len(codes)})")
+    return codes
+
+
+def compare_plans(*, codes: list[uuid.UUID]) -> list[Plan]:
+    """The plans in the order asked; CompareError (404) naming any code with no plan."""
+    found = {plan.code: plan for plan in Plan.objects.filter(code__in=codes)}
+    missing = [str(code) for code in codes if code not in found]
+    if missing:
+        raise CompareError(f"plans: no plan with the code {', '.join(missing)}", status=404)
+    return [found[code] for code in codes]
+
+
+def compare_sections(*, plans: list[Plan]) -> list[dict[str, Any]]:
+    """[{"title", "rows": [{"label", "cells", "differs"}]}] for the compare page, in reading order."""
+    bests = [_best(plan) for plan in plans]
+    sections = [
+        ("Request", _request_rows(plans)),
+        ("Best layout", [(key, lambda b, k=key: (b.get("layout") or {}).get(k)) for key in LAYOUT_KEYS]),
+        ("Throughput and time to train", _throughput_rows()),
+        ("Step time breakdown (s per step)",
+         [(TIME_LABELS.get(p, p), lambda b, p=p: (b.get("time_s") or {}).get(p)) for p in _time_parts(bests)]),
+        ("Communication by fabric (s per step)",
+         [(f, lambda b, f=f: _comm_by(b, "fabric").get(f)) for f in _keys(bests, "fabric")]),
+        ("Communication by collective (s per step)",
+         [(c, lambda b, c=c: _comm_by(b, "collective").get(c)) for c in _keys(bests, "collective")]),
+        ("Memory per GPU (GiB)",
+         [(m, lambda b, m=m: (b.get("memory_gib") or {}).get(m)) for m in (*MEMORY_PARTS, "total", "capacity")]),
+    ]
+    out = []
+    for title, rows in sections:
+        table = []
+        for label, read in rows:
+            source = plans if title == "Request" else bests
+            cells = [_format(read(item)) for item in source]
+            table.append({"label": label, "cells": cells, "differs": len(set(cells)) > 1})
+        out.append({"title": title, "rows": table})
+    return out
+
+
+def _best(plan: Plan) -> dict[str, Any]:
+    plans = (plan.result or {}).get("plans") if plan.status == Plan.Status.DONE else None
+    return plans[0] if plans and isinstance(plans[0], dict) else {}
+
+
+def _request_rows(plans: list[Plan]) -> list[tuple[str, Callable[[Plan], Any]]]:
+    def spec(*keys: str) -> Callable[[Plan], Any]:
+        def read(plan: Plan) -> Any:
+            value: Any = plan.spec
+            for key in keys:
+                value = value.get(key) if isinstance(value, dict) else None
+            return value
+        return read
+    return [("status", lambda p: p.status), ("model", spec("model", "name")), ("GPUs", spec("cluster", "num_gpus")),
+            ("GPU", spec("cluster", "gpu", "name")), ("node", spec("cluster", "node", "name")),
+            ("fabric", spec("cluster", "fabric", "name")), ("precision", spec("training", "precision")),
+            ("global batch", spec("training", "global_batch")), ("sequence length", spec("model", "seq_len")),
+            ("tokens to train", spec("training", "tokens"))]
+
+
+def _throughput_rows() -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
+    def days(b: dict[str, Any]) -> Any:
+        seconds = b.get("time_to_train_s")
+        return seconds / SECONDS_PER_DAY if isinstance(seconds, (int, float)) else None  # s / 86,400 s per day
+    return [("layout", lambda b: b.get("label")), ("step time (s)", lambda b: b.get("step_time_s")),
+            ("tokens/s", lambda b: b.get("tokens_per_s")), ("MFU", lambda b: b.get("mfu")),
+            ("memory per GPU (GiB)", lambda b: (b.get("memory_gib") or {}).get("total")),
+            ("time to train (days)", days), ("GPU-hours", lambda b: b.get("gpu_hours"))]
+
+
+def _time_parts(bests: list[dict[str, Any]]) -> list[str]:
+    seen = {k for b in bests for k in (b.get("time_s") or {})}
+    return [p for p in TIME_PARTS if p in seen] + sorted(seen - set(TIME_PARTS))
+
+
+def _comm_by(best: dict[str, Any], by: str) -> dict[str, float]:
+    """Seconds per step of the best layout's collectives, summed by fabric or by "GROUP collective"."""
+    totals: dict[str, float] = {}
+    for c in best.get("comm") or []:
+        if not isinstance(c, dict):
+            continue
+        if by == "fabric":
+            for fabric, seconds in (c.get("time_by_fabric_s") or {}).items():
+                totals[fabric] = totals.get(fabric, 0.0) + (seconds or 0.0)
+        else:
+            name = f"{str(c.get('group', '?')).upper()} {str(c.get('collective', '')).replace('_', '-')}"
+            totals[name] = totals.get(name, 0.0) + (c.get("time_s") or 0.0)
+    return totals
+
+
+def _keys(bests: list[dict[str, Any]], by: str) -> list[str]:
+    return list(dict.fromkeys(k for b in bests for k in _comm_by(b, by)))
+
+
+def _format(value: Any) -> str:
+    """Three significant digits, so the noise of float arithmetic is never marked as a difference."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)

@@ -1,0 +1,113 @@
+"""Plotly figures for the sweep page, built from the scenario rows (webui.sweeps.sweep_rows) as plain dicts.
+
+Like webui/charts.py, each builder returns None when it has nothing to draw (no finished scenario yet, no
+token count for a time to train), and the page draws the rest.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from planner.goal import pareto_front
+
+from .charts import PALETTE, Figure, _layout
+
+GPUS = "cluster.num_gpus"
+
+
+def _label(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _series_key(row: dict[str, Any], axes: list[str], skip: str) -> str:
+    """The scenario's values on every axis but `skip`, as a legend label."""
+    parts = [_label(row["values"].get(a)) for a in axes if a != skip]
+    return ", ".join(parts) or "all scenarios"
+
+
+def time_vs_gpus(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
+    """Time to train against GPU count, one line per combination of the other axes (fabric, GPU type...),
+    each with its ideal-scaling line: time × GPUs held at its smallest cluster's value."""
+    done = [r for r in rows if r.get("time_to_train_days") and r.get("num_gpus")]
+    if len({r["num_gpus"] for r in done}) < 2:
+        return None
+    series: dict[str, list[dict[str, Any]]] = {}
+    for row in done:
+        series.setdefault(_series_key(row, axes, GPUS), []).append(row)
+    data = []
+    for i, (name, items) in enumerate(series.items()):
+        items.sort(key=lambda r: r["num_gpus"])
+        colour = PALETTE[i % len(PALETTE)]
+        gpus = [r["num_gpus"] for r in items]
+        data.append({"type": "scatter", "mode": "lines+markers", "name": name, "x": gpus,
+                     "y": [r["time_to_train_days"] for r in items], "marker": {"color": colour},
+                     "text": [r.get("layout") or "" for r in items],
+                     "hovertemplate": "%{x} GPUs: %{y:.3g} days<br>%{text}<extra>" + name + "</extra>"})
+        n0, t0 = gpus[0], items[0]["time_to_train_days"]
+        # Ideal (linear) scaling: time ∝ 1 / GPUs from the smallest cluster of the series.
+        data.append({"type": "scatter", "mode": "lines", "name": f"ideal scaling ({name})", "x": gpus,
+                     "y": [t0 * n0 / n for n in gpus], "line": {"color": colour, "dash": "dot", "width": 1},
+                     "hoverinfo": "skip", "showlegend": i == 0 or len(series) <= 4})
+    return {"data": data, "layout": _layout(
+        "Time to train against GPU count (dotted: ideal scaling)", height=460,
+        xaxis={"title": {"text": "GPUs"}, "type": "log"}, yaxis={"title": {"text": "days"}, "type": "log"})}
+
+
+def cost_vs_time(rows: list[dict[str, Any]], goal: dict[str, Any] | None) -> Figure | None:
+    """Cost (or GPU-hours, where any scenario is unpriced) against time to train, the Pareto front joined,
+    the goal's deadline marked."""
+    done = [r for r in rows if r.get("time_to_train_days") and r.get("gpu_hours")]
+    if not done:
+        return None
+    money = "cost" if all(r.get("cost") is not None for r in done) else "gpu_hours"
+    title = "US dollars" if money == "cost" else "GPU-hours"
+    points = [(r["time_to_train_days"], r[money]) for r in done]
+    front = [done[i] for i in pareto_front(points)]
+    labels = [", ".join(_label(v) for v in r["values"].values()) for r in done]
+    data = [{"type": "scatter", "mode": "markers", "name": "scenarios", "x": [p[0] for p in points],
+             "y": [p[1] for p in points], "text": labels,
+             "marker": {"color": ["#54a24b" if r.get("meets_goal") else "#9aa5b1" for r in done], "size": 9},
+             "hovertemplate": "%{text}<br>%{x:.3g} days, %{y:.4g}<extra></extra>"},
+            {"type": "scatter", "mode": "lines+markers", "name": "Pareto front", "x": [r["time_to_train_days"]
+             for r in front], "y": [r[money] for r in front], "line": {"color": "#e45756"},
+             "marker": {"color": "#e45756", "size": 6}, "hoverinfo": "skip"}]
+    layout = _layout(f"{'Cost' if money == 'cost' else 'GPU-hours'} against time to train (green: meets the goal)",
+                     height=460, xaxis={"title": {"text": "days"}, "type": "log"},
+                     yaxis={"title": {"text": title}, "type": "log"})
+    if goal and goal.get("deadline_days"):
+        days = goal["deadline_days"]
+        layout["shapes"] = [{"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": days, "x1": days,
+                             "line": {"color": "#c0392b", "dash": "dash"}}]
+        layout["annotations"] = [{"yref": "paper", "y": 1, "x": days, "xref": "x", "showarrow": False,
+                                  "text": f"deadline {days:g} days", "font": {"color": "#c0392b"}}]
+        layout["xaxis"]["type"] = "log"
+    return {"data": data, "layout": layout}
+
+
+def mfu_heatmap(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
+    """MFU over two axes: the GPU count (or the first axis) across, every other axis's combination down."""
+    if not axes or not any(r.get("mfu") is not None for r in rows):
+        return None
+    across = GPUS if GPUS in axes else axes[0]
+    columns = list(dict.fromkeys(_label(r["values"].get(across)) for r in rows))
+    lines = list(dict.fromkeys(_series_key(r, axes, across) for r in rows))
+    z: list[list[float | None]] = [[None] * len(columns) for _ in lines]
+    text = [[""] * len(columns) for _ in lines]
+    for r in rows:
+        y, x = lines.index(_series_key(r, axes, across)), columns.index(_label(r["values"].get(across)))
+        if r.get("mfu") is not None:
+            z[y][x] = r["mfu"]
+            text[y][x] = f"{r['mfu'] * 100:.1f}%"
+    down = ", ".join(a for a in axes if a != across) or "—"
+    return {"data": [{"type": "heatmap", "z": z, "x": columns, "y": lines, "text": text, "texttemplate": "%{text}",
+                      "colorscale": "Viridis", "zmin": 0, "colorbar": {"title": {"text": "MFU"}, "tickformat": ".0%"},
+                      "hovertemplate": "%{y}<br>" + across + " %{x}: MFU %{text}<extra></extra>", "xgap": 2, "ygap": 2}],
+            "layout": _layout(f"MFU of each scenario's best layout ({across} across; {down} down)",
+                              height=160 + 36 * len(lines), xaxis={"title": {"text": across}, "type": "category"},
+                              yaxis={"type": "category", "automargin": True})}
+
+
+def sweep_figures(rows: list[dict[str, Any]], axes: list[str], goal: dict[str, Any] | None) -> dict[str, Figure]:
+    """{chart id: figure} for every chart the finished scenarios have data for, in page order."""
+    figures = {"time-vs-gpus": time_vs_gpus(rows, axes), "cost-vs-time": cost_vs_time(rows, goal),
+               "mfu-heatmap": mfu_heatmap(rows, axes)}
+    return {name: fig for name, fig in figures.items() if fig is not None}

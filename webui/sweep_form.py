@@ -1,0 +1,90 @@
+"""The sweep form: a model preset, catalog items to compare (several of each), a list of GPU counts, precisions,
+and an optional goal. It only assembles the document `POST /api/sweeps` takes; the checks are the sweep
+service's (`sweeps.sweep_create`), whose field-named messages land next to the form field they are about.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django import forms
+
+from planner.catalog import Catalog
+from planner.spec import PRECISIONS
+
+DEFAULTS = {"model": "Llama 3 70B", "gpus": ["H100 SXM5 80GB"], "nodes": ["DGX H100"],
+            "fabrics": ["NDR InfiniBand fat tree", "RoCEv2 400 GbE (Llama 3 style)"],
+            "num_gpus": "256, 512, 1024, 2048, 4096, 8192", "precisions": ["bf16", "fp8"], "global_batch": "1024",
+            "tokens": "15e12", "deadline_days": "90"}
+# The axis each multi-choice field varies, and the base field a single choice sets.
+AXES = {"gpus": "cluster.gpu", "nodes": "cluster.node", "fabrics": "cluster.fabric",
+        "precisions": "training.precision", "num_gpus": "cluster.num_gpus"}
+# Which form field shows a message about a sweep path (prefix match, most specific first).
+FIELD_OF = (("cluster.num_gpus", "num_gpus"), ("cluster.gpu", "gpus"), ("cluster.node", "nodes"),
+            ("cluster.fabric", "fabrics"), ("training.precision", "precisions"),
+            ("training.global_batch", "global_batch"), ("training.tokens", "tokens"), ("goal.tokens", "tokens"),
+            ("goal.deadline_days", "deadline_days"), ("goal.budget", "budget"), ("model", "model"))
+
+
+class SweepForm(forms.Form):
+    model = forms.ChoiceField(label="Model", help_text="A preset from the catalog.")
+    gpus = forms.MultipleChoiceField(label="GPU types", help_text="Choose one or more (Ctrl/Cmd-click).")
+    nodes = forms.MultipleChoiceField(label="Node types", help_text="Each GPU type is tried in each node type.")
+    fabrics = forms.MultipleChoiceField(label="Fabrics", help_text="Choose one or more.")
+    num_gpus = forms.CharField(label="GPU counts", max_length=400,
+                               help_text="A list, e.g. 256, 512, 1024: multiples of the node's GPUs.")
+    precisions = forms.MultipleChoiceField(label="Precisions", choices=[(p, p) for p in PRECISIONS],
+                                           widget=forms.CheckboxSelectMultiple)
+    global_batch = forms.CharField(label="Global batch (sequences)", max_length=40)
+    tokens = forms.CharField(label="Tokens to train", max_length=40, required=False,
+                             help_text="e.g. 15e12; needed for time to train and for a goal.")
+    deadline_days = forms.CharField(label="Deadline (days)", max_length=40, required=False,
+                                    help_text="Goal: mark scenarios that train the tokens within this many days.")
+    budget = forms.CharField(label="Budget (USD)", max_length=40, required=False,
+                             help_text="Goal, optional: needs GPU prices in the catalog.")
+
+    def __init__(self, *args: Any, catalog: Catalog, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name, section in (("model", "model"), ("gpus", "gpu"), ("nodes", "node"), ("fabrics", "fabric")):
+            self.fields[name].choices = [(n, n) for n in sorted(catalog.get(section, {}))]
+        self.fields["gpus"].widget.attrs["size"] = 8
+        self.fields["fabrics"].widget.attrs["size"] = 8
+        self.payload: dict[str, Any] | None = None
+
+    def clean_num_gpus(self) -> list[Any]:
+        items = [item for item in re.split(r"[\s,;]+", self.cleaned_data["num_gpus"]) if item]
+        if not items:
+            raise forms.ValidationError("Give at least one GPU count.")
+        return [int(item) if item.isdigit() else item for item in items]  # the engine words a bad one
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if not self.errors:
+            self.payload = self._payload(cleaned)
+        return cleaned
+
+    def _payload(self, c: dict[str, Any]) -> dict[str, Any]:
+        training: dict[str, Any] = {"global_batch": c["global_batch"]}
+        cluster: dict[str, Any] = {}
+        vary: dict[str, list[Any]] = {}
+        for name, path in AXES.items():
+            values = c[name]
+            if len(values) > 1 or name == "num_gpus":  # the GPU count is always an axis: the charts are over it
+                vary[path] = values
+            else:
+                (training if path.startswith("training") else cluster)[path.split(".")[-1]] = values[0]
+        data: dict[str, Any] = {"base": {"model": c["model"], "training": training, "cluster": cluster}, "vary": vary}
+        if c.get("deadline_days") or c.get("budget"):
+            data["goal"] = {"tokens": c.get("tokens"), "deadline_days": c.get("deadline_days"),
+                            "budget": c.get("budget") or None}
+        elif c.get("tokens"):
+            training["tokens"] = c["tokens"]
+        return data
+
+    def add_sweep_errors(self, errors: dict[str, list[str]]) -> None:
+        """Put the sweep service's messages ({"vary.cluster.num_gpus": [...]}) next to their form fields."""
+        for path, messages in errors.items():
+            bare = path.split(".", 1)[1] if path.startswith(("vary.", "base.")) else path
+            field = next((f for prefix, f in FIELD_OF if bare == prefix or bare.startswith(prefix + ".")), None)
+            for message in messages:
+                self.add_error(field, message if field else f"{path}: {message}")

@@ -1,0 +1,91 @@
+"""Views for sweeps and for comparing plans: short, like webui/views.py; the work is in webui/sweeps.py and
+webui/compare.py."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from planner import SpecError
+
+from . import compare, services, sweep_charts, sweeps
+from .models import Sweep
+from .sweep_form import DEFAULTS, SweepForm
+from .views import _errors, _top
+
+
+@require_http_methods(["GET", "POST"])
+def sweep_new(request: HttpRequest) -> HttpResponse:
+    catalog = services.catalog_as_dict()
+    form = SweepForm(request.POST or None, catalog=catalog, initial=DEFAULTS)
+    if request.method == "POST" and form.is_valid():
+        try:
+            return redirect(sweeps.sweep_create(data=form.payload))
+        except SpecError as err:
+            form.add_sweep_errors(err.as_dict())
+    return render(request, "webui/sweep_form.html", {"form": form})
+
+
+@require_GET
+def sweep_detail(request: HttpRequest, code: str) -> HttpResponse:
+    sweep = get_object_or_404(Sweep, code=code)
+    data = sweeps.sweep_as_dict(sweep=sweep)
+    figures = sweep_charts.sweep_figures(data["scenarios"], data["axes"], sweep.goal)
+    return render(request, "webui/sweep_detail.html", {"sweep": sweep, "data": data, "figures": figures})
+
+
+@require_GET
+def sweep_csv(request: HttpRequest, code: str) -> HttpResponse:
+    sweep = get_object_or_404(Sweep, code=code)
+    response = HttpResponse(sweeps.sweep_csv(sweep=sweep), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="sweep-{sweep.code}.csv"'
+    return response
+
+
+@require_GET
+def plans_compare(request: HttpRequest) -> HttpResponse:
+    try:
+        plans = compare.compare_plans(codes=compare.compare_codes(request.GET.getlist("plans")))
+    except compare.CompareError as err:
+        return render(request, "webui/compare_error.html", {"message": str(err)}, status=err.status)
+    context = {"plans": plans, "sections": compare.compare_sections(plans=plans)}
+    return render(request, "webui/compare.html", context)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# JSON API (CSRF-exempt and JSON-only, as POST /api/plans: see webui/views.py)
+
+
+@csrf_exempt
+@require_POST
+def api_sweeps(request: HttpRequest) -> JsonResponse:
+    if request.content_type != "application/json":
+        return _errors({"sweep": ["must be sent as Content-Type: application/json"]}, status=415)
+    try:
+        data = json.loads(request.body or b"null")
+    except RequestDataTooBig:
+        return _errors({"sweep": ["is too large (at most 1 MiB)"]}, status=413)
+    except ValueError as err:
+        return _errors({"sweep": [f"is not valid JSON: {err}"]})
+    try:
+        sweep = sweeps.sweep_create(data=data, top=_top(request))
+    except SpecError as err:
+        return _errors(err.as_dict())
+    body = {"code": str(sweep.code), "url": request.build_absolute_uri(sweep.get_absolute_url()),
+            "status": sweeps.sweep_status(sweeps.sweep_rows(sweep=sweep)), "total": sweep.scenarios.count()}
+    return JsonResponse(body, status=201)
+
+
+@require_GET
+def api_sweep(request: HttpRequest, code: str) -> JsonResponse:
+    sweep = get_object_or_404(Sweep, code=code)
+    data: dict[str, Any] = sweeps.sweep_as_dict(sweep=sweep)
+    data["url"] = request.build_absolute_uri(data["url"])
+    data["csv"] = request.build_absolute_uri(reverse("sweep-csv", args=[sweep.code]))
+    return JsonResponse(data)

@@ -1,0 +1,130 @@
+"""Sweeps: a base spec and axes, each scenario an ordinary plan; their progress, goal and best scenario.
+
+Each scenario goes through `services.plan_create`, so identical-request reuse, the outbox, leases and recovery
+apply to it unchanged, and each is its own Celery task, which any number of workers share. A sweep keeps no
+counter of its own: its progress is read from its plans' statuses every time, so it cannot go stale.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any, Mapping
+
+from django.db import transaction
+from django.urls import reverse
+
+from planner import SpecError
+from planner.goal import best, meets, outcome, parse_goal
+from planner.sweep import expand
+
+from . import services
+from .models import CATALOG_MODELS, GPUType, Plan, Sweep, SweepScenario
+
+FINISHED = (Plan.Status.DONE, Plan.Status.FAILED)
+# The few parts of each plan a sweep shows, read inside the database (a plan's whole answer is large).
+_PLAN_KEYS = {
+    "code": "plan__code", "status": "plan__status", "num_gpus": "plan__spec__cluster__num_gpus",
+    "gpu": "plan__spec__cluster__gpu__name", "node": "plan__spec__cluster__node__name",
+    "fabric": "plan__spec__cluster__fabric__name", "precision": "plan__spec__training__precision",
+    "spec_tokens": "plan__spec__training__tokens", "layout": "plan__result__plans__0__label",
+    "step_time_s": "plan__result__plans__0__step_time_s", "tokens_per_s": "plan__result__plans__0__tokens_per_s",
+    "mfu": "plan__result__plans__0__mfu",
+}
+ROW_FIELDS = ("plan", "status", "num_gpus", "gpu", "fabric", "precision", "layout", "step_time_s", "tokens_per_s",
+              "mfu", "time_to_train_days", "gpu_hours", "cost", "meets_goal")
+
+
+def sweep_create(*, data: Any, top: int = 10) -> Sweep:
+    """Check the whole sweep (every scenario parsed, the goal) and then save it with one plan per scenario,
+    each sent to the workers once the sweep is committed. Raises SpecError naming each problem: `vary.<path>`
+    for an axis or a scenario it makes invalid, `base.<path>`, `goal.<field>`."""
+    if not isinstance(data, Mapping):
+        raise SpecError.one("sweep", 'must be a JSON object {"base": SPEC, "vary": {PATH: [VALUES]}, "goal": {...}}')
+    errors = [SpecError.one(key if isinstance(key, str) else "sweep", "unknown field (known: base, goal, vary)")
+              for key in data if key not in ("base", "vary", "goal")]
+    catalog = {section: services.CatalogTable(model) for section, model in CATALOG_MODELS.items()}
+    scenarios, goal = [], None
+    try:
+        scenarios = expand(data.get("base"), data.get("vary"), catalog)
+    except SpecError as err:
+        errors.append(err)
+    try:
+        goal = parse_goal(data.get("goal"))
+    except SpecError as err:
+        errors.append(err)
+    if errors:
+        raise SpecError([e for err in errors for e in err.errors])
+    prices = dict(GPUType.objects.values_list("name", "price_per_gpu_hour_usd"))
+    with transaction.atomic():  # the plans' tasks are sent when this commits (plan_create's on_commit)
+        sweep = Sweep.objects.create(base=data["base"], vary=data["vary"], goal=goal.as_dict() if goal else None,
+                                     top=top)
+        SweepScenario.objects.bulk_create(
+            SweepScenario(sweep=sweep, position=i, values=s.values, plan=services.plan_create(spec=s.spec, top=top),
+                          price_per_gpu_hour_usd=prices.get(s.spec.cluster.gpu.name))
+            for i, s in enumerate(scenarios))
+    return sweep
+
+
+def sweep_rows(*, sweep: Sweep) -> list[dict[str, Any]]:
+    """One row per scenario, in order: its values, its plan's status and best layout, and the goal's figures."""
+    goal = parse_goal(sweep.goal)
+    rows = []
+    for found in sweep.scenarios.values("values", "price_per_gpu_hour_usd", *_PLAN_KEYS.values()):
+        plan = {key: found[path] for key, path in _PLAN_KEYS.items()}
+        spec_tokens = plan.pop("spec_tokens")
+        row = {"values": found["values"], "plan": str(plan.pop("code")), **plan,
+               **outcome(tokens_per_s=plan["tokens_per_s"], num_gpus=plan["num_gpus"],
+                         tokens=goal.tokens if goal else spec_tokens,
+                         price_per_gpu_hour=found["price_per_gpu_hour_usd"])}
+        row["url"] = reverse("plan-detail", args=[row["plan"]])
+        # Unknown (None) until the plan is finished; a failed plan or one with no feasible layout does not meet it.
+        row["meets_goal"] = meets(goal, row) if row["status"] in FINISHED else None
+        rows.append(row)
+    return rows
+
+
+def sweep_as_dict(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The JSON API's view: {"code", "url", "status", "done", "total", "goal", "axes", "scenarios", "best"}."""
+    rows = sweep_rows(sweep=sweep) if rows is None else rows
+    done = sum(row["status"] in FINISHED for row in rows)
+    winner = best(rows) if done == len(rows) else None  # named once every scenario has its answer
+    return {"code": str(sweep.code), "url": sweep.get_absolute_url(), "status": sweep_status(rows),
+            "done": done, "total": len(rows), "goal": sweep.goal, "axes": list(sweep.vary),
+            "created_at": sweep.created_at.isoformat(), "scenarios": rows,
+            "best": rows[winner] if winner is not None else None}
+
+
+def sweep_status(rows: list[dict[str, Any]]) -> str:
+    """done once every plan is done or failed; running once any has started; else queued."""
+    statuses = [row["status"] for row in rows]
+    if all(s in FINISHED for s in statuses):
+        return "done"
+    return "running" if any(s != Plan.Status.QUEUED for s in statuses) else "queued"
+
+
+def sweep_csv(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None) -> str:
+    """The scenario rows as CSV: one column per axis, then the figures (empty where unknown)."""
+    rows = sweep_rows(sweep=sweep) if rows is None else rows
+    axes = list(sweep.vary)
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow([*axes, *ROW_FIELDS])
+    for row in rows:
+        cells = [_cell(row["values"].get(a)) for a in axes] + [_cell(row.get(f)) for f in ROW_FIELDS]
+        writer.writerow(cells)
+    return out.getvalue()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@") and not _is_number(text) else text  # no spreadsheet formulas
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
