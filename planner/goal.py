@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .errors import FieldError, SpecError
+from .sweep import key_name
 
 SECONDS_PER_DAY = 86_400.0
 MAX_TOKENS = 1e16          # as training.tokens in planner/spec.py
@@ -37,7 +38,7 @@ def parse_goal(data: Any) -> Goal | None:
         return None
     if not isinstance(data, Mapping):
         raise SpecError.one("goal", 'must be an object {"tokens": T, "deadline_days": D, "budget": optional}')
-    errors = [FieldError(f"goal.{str(k)[:40]}", "unknown field (known: budget, deadline_days, tokens)")
+    errors = [FieldError(f"goal.{key_name(k)}", "unknown field (known: budget, deadline_days, tokens)")
               for k in data if k not in ("tokens", "deadline_days", "budget")]
     tokens = _positive(data.get("tokens"), "goal.tokens", MAX_TOKENS, "tokens", errors)
     days = _positive(data.get("deadline_days"), "goal.deadline_days", MAX_DEADLINE_DAYS, "days", errors)

@@ -70,7 +70,7 @@ def _axes(vary: Any, errors: list[FieldError]) -> dict[str, list[Any]]:
     known = set(axis_paths())
     axes: dict[str, list[Any]] = {}
     for path, values in vary.items():
-        field = f"vary.{_printable(path)}"
+        field = f"vary.{key_name(path)}"
         if path not in known:
             errors.append(FieldError(field, "unknown path (known: cluster.num_gpus, cluster.gpu, cluster.node, "
                                             "cluster.fabric, model, and model.*, training.*, layout.*, "
@@ -165,6 +165,7 @@ def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def _printable(key: Any) -> str:
+def key_name(key: Any) -> str:
+    """A key from untrusted JSON as a printable, bounded, non-blank field name."""
     text = "".join(c if c.isprintable() else "?" for c in str(key))[:80]
     return text if text.strip() else repr(text)

@@ -71,15 +71,14 @@ def cost_vs_time(rows: list[dict[str, Any]], goal: dict[str, Any] | None) -> Fig
              for r in front], "y": [r[money] for r in front], "line": {"color": "#e45756"},
              "marker": {"color": "#e45756", "size": 6}, "hoverinfo": "skip"}]
     layout = _layout(f"{'Cost' if money == 'cost' else 'GPU-hours'} against time to train (green: meets the goal)",
-                     height=460, xaxis={"title": {"text": "days"}, "type": "log"},
-                     yaxis={"title": {"text": title}, "type": "log"})
+                     height=460, xaxis={"title": {"text": "days"}, "rangemode": "tozero"},
+                     yaxis={"title": {"text": title}, "rangemode": "tozero"})
     if goal and goal.get("deadline_days"):
         days = goal["deadline_days"]
         layout["shapes"] = [{"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": days, "x1": days,
                              "line": {"color": "#c0392b", "dash": "dash"}}]
         layout["annotations"] = [{"yref": "paper", "y": 1, "x": days, "xref": "x", "showarrow": False,
                                   "text": f"deadline {days:g} days", "font": {"color": "#c0392b"}}]
-        layout["xaxis"]["type"] = "log"
     return {"data": data, "layout": layout}
 
 

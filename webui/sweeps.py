@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from planner import SpecError
 from planner.goal import best, meets, outcome, parse_goal
-from planner.sweep import expand
+from planner.sweep import expand, key_name
 
 from . import services
 from .models import CATALOG_MODELS, GPUType, Plan, Sweep, SweepScenario
@@ -40,7 +40,7 @@ def sweep_create(*, data: Any, top: int = 10) -> Sweep:
     for an axis or a scenario it makes invalid, `base.<path>`, `goal.<field>`."""
     if not isinstance(data, Mapping):
         raise SpecError.one("sweep", 'must be a JSON object {"base": SPEC, "vary": {PATH: [VALUES]}, "goal": {...}}')
-    errors = [SpecError.one(key if isinstance(key, str) else "sweep", "unknown field (known: base, goal, vary)")
+    errors = [SpecError.one(key_name(key), "unknown field (known: base, goal, vary)")
               for key in data if key not in ("base", "vary", "goal")]
     catalog = {section: services.CatalogTable(model) for section, model in CATALOG_MODELS.items()}
     scenarios, goal = [], None

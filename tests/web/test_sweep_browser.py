@@ -1,0 +1,66 @@
+"""A capacity planner in Debian's Chromium: create a sweep from the form, watch its progress bar move, see the
+charts drawn, open one scenario's plan, then compare two scenarios side by side. Leaves a screenshot under
+var/screenshots/."""
+from __future__ import annotations
+
+import pytest
+
+from webui.models import Sweep
+
+from .conftest import ROOT
+from .test_browser import browser  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+SCREENSHOT = ROOT / "var" / "screenshots" / "sweep-page.png"
+
+
+def test_a_planner_sweeps_scenarios_and_compares_two(web, worker, seeded, browser):  # noqa: F811
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(web.url + "/")
+    page.click("#sweep-link a")
+    page.select_option("select[name=model]", "Llama 3 8B")
+    page.select_option("select[name=gpus]", ["H100 SXM5 80GB"])
+    page.select_option("select[name=nodes]", ["DGX H100"])
+    page.select_option("select[name=fabrics]", ["NDR InfiniBand fat tree", "RoCEv2 400 GbE (Llama 3 style)"])
+    page.fill("input[name=num_gpus]", "64, 128, 256")
+    page.uncheck("input[name=precisions][value=fp8]")
+    page.check("input[name=precisions][value=bf16]")
+    page.fill("input[name=global_batch]", "512")
+    page.fill("input[name=tokens]", "2e12")
+    page.fill("input[name=deadline_days]", "40")
+    page.click("#submit-sweep")
+    page.wait_for_url("**/sweeps/*/")
+    assert page.inner_text("#sweep-total") == "6"
+
+    # The bar fills as the worker finishes scenarios; the page reloads itself when all are done.
+    page.wait_for_selector("#sweep-bar[data-done='6']", state="attached", timeout=120_000)  # the reloaded page
+    page.wait_for_function("document.getElementById('sweep-bar').style.width === '100%'", timeout=10_000)
+    assert page.inner_text("#sweep-status") == "done" and page.inner_text("#sweep-done") == "6"
+    for chart in ("time-vs-gpus", "cost-vs-time", "mfu-heatmap"):
+        page.wait_for_selector(f"#chart-{chart} svg.main-svg", timeout=30_000)
+    assert page.locator("#scenarios tbody tr").count() == 6
+    assert page.is_visible("#sweep-best") or page.is_visible("#sweep-no-best")
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+    # Open one scenario's plan: an ordinary plan page with its best layout.
+    sweep_url = page.url
+    first_layout = page.inner_text("#scenarios tbody tr:first-child [data-cell=layout]")
+    page.click("#scenarios tbody tr:first-child [data-cell=status]")
+    page.wait_for_selector("#best-plan")
+    assert first_layout in page.inner_text("#best-plan .label")
+
+    # Back to the sweep: tick two scenarios and compare them.
+    page.goto(sweep_url)
+    boxes = page.locator("#scenarios input[name=plans]")
+    boxes.nth(0).check()
+    boxes.nth(1).check()
+    page.click("#compare-selected")
+    page.wait_for_selector("table#compare")
+    assert page.locator("#compare thead th").count() == 3
+    assert page.locator("#compare tr.differs").count() >= 1  # the two fabrics differ, at least
+    assert errors == []
+    assert Sweep.objects.count() == 1

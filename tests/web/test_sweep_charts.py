@@ -1,0 +1,52 @@
+"""The sweep page's figures, from scenario rows as webui.sweeps.sweep_rows gives them (no database)."""
+from __future__ import annotations
+
+from webui.sweep_charts import cost_vs_time, mfu_heatmap, sweep_figures, time_vs_gpus
+
+AXES = ["cluster.num_gpus", "cluster.fabric"]
+
+
+def row(gpus: int, fabric: str, days: float | None, mfu: float | None, cost: float | None = None) -> dict:
+    return {"values": {"cluster.num_gpus": gpus, "cluster.fabric": fabric}, "num_gpus": gpus, "layout": "TP1",
+            "time_to_train_days": days, "gpu_hours": gpus * days * 24 if days else None, "cost": cost,
+            "mfu": mfu, "meets_goal": bool(days and days <= 20)}
+
+
+ROWS = [row(256, "IB", 40.0, 0.5), row(512, "IB", 22.0, 0.45), row(1024, "IB", 12.0, 0.41),
+        row(256, "RoCE", 41.0, 0.49), row(512, "RoCE", 23.0, 0.44), row(1024, "RoCE", None, None)]
+
+
+def test_time_against_gpus_has_one_line_per_fabric_with_its_ideal_scaling():
+    fig = time_vs_gpus(ROWS, AXES)
+    lines = {t["name"]: t for t in fig["data"]}
+    assert lines["IB"]["x"] == [256, 512, 1024] and lines["IB"]["y"] == [40.0, 22.0, 12.0]
+    assert lines["ideal scaling (IB)"]["y"] == [40.0, 20.0, 10.0]  # 40 days × 256 / GPUs
+    assert lines["RoCE"]["x"] == [256, 512]  # the scenario with no layout is left out
+    assert fig["layout"]["xaxis"]["type"] == "log"
+
+
+def test_gpu_hours_against_time_joins_the_pareto_front_and_marks_the_deadline():
+    fig = cost_vs_time(ROWS, {"tokens": 1e12, "deadline_days": 30})
+    scenarios, front = fig["data"]
+    assert len(scenarios["x"]) == 5
+    # GPU-hours: 245,760 (256 × 40 d), 270,336, 294,912, 251,904, 282,624: each faster one costs more here,
+    # except RoCE@256, which IB@256 beats on both.
+    assert front["x"] == [12.0, 22.0, 40.0]
+    assert fig["layout"]["shapes"][0]["x0"] == 30
+    assert "GPU-hours" in fig["layout"]["title"]["text"]
+    priced = [dict(r, cost=r["gpu_hours"] * 2) for r in ROWS if r["time_to_train_days"]]
+    assert "Cost" in cost_vs_time(priced, None)["layout"]["title"]["text"]
+
+
+def test_the_mfu_heatmap_puts_gpu_counts_across_and_fabrics_down():
+    fig = mfu_heatmap(ROWS, AXES)
+    heat = fig["data"][0]
+    assert heat["x"] == ["256", "512", "1024"] and heat["y"] == ["IB", "RoCE"]
+    assert heat["z"] == [[0.5, 0.45, 0.41], [0.49, 0.44, None]]
+    assert heat["text"][0][0] == "50.0%"
+
+
+def test_nothing_finished_draws_nothing():
+    empty = [row(256, "IB", None, None)]
+    assert sweep_figures(empty, AXES, None) == {}
+    assert set(sweep_figures(ROWS, AXES, None)) == {"time-vs-gpus", "cost-vs-time", "mfu-heatmap"}

@@ -1,0 +1,79 @@
+"""Sweeps on real workers (tests/web/procs.py): gunicorn takes the sweep over HTTP, `celery worker` processes
+search its scenarios over a filesystem broker folder and over a private redis-server, and a worker killed
+mid-sweep loses nothing: each scenario is an ordinary plan, with its lease and the outbox behind it.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import pytest
+
+from webui.models import Plan, Sweep
+
+from .conftest import SMALL_SPEC, wait_for_status
+from .procs import WebServer, WorkerProcess
+from .test_faults import BIG_SPEC, broker_env, outputs, redis, spawn  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+
+def sweep_plans(code: str) -> list[Plan]:
+    return list(Plan.objects.filter(sweep_scenarios__sweep__code=code).order_by("sweep_scenarios__position"))
+
+
+def wait_for_sweep(web: WebServer, code: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, body = web.get_json(f"/api/sweeps/{code}")
+        assert status == 200, body
+        if body["status"] == "done":
+            return body
+        time.sleep(0.2)
+    raise AssertionError(f"the sweep did not finish in {timeout} s: {body['done']} of {body['total']}")
+
+
+def test_two_real_workers_share_a_sweep_and_finish_it(seeded, broker_env, spawn):
+    web = spawn(WebServer(broker_env))
+    workers = [spawn(WorkerProcess(broker_env, name=f"w{i}")) for i in (1, 2)]
+    base = copy.deepcopy(SMALL_SPEC)
+    sweep = {"base": base, "vary": {"cluster.num_gpus": [64, 128, 256],
+                                    "cluster.fabric": ["NDR InfiniBand fat tree", "RoCEv2 400 GbE (Llama 3 style)"]},
+             "goal": {"tokens": 1e12, "deadline_days": 30}}
+    status, created = web.post_json("/api/sweeps", sweep)
+    assert status == 201 and created["total"] == 6, created
+    body = wait_for_sweep(web, created["code"])
+    assert (body["done"], body["total"]) == (6, 6), outputs(*workers)
+    assert all(row["status"] == "done" and row["step_time_s"] > 0 and row["time_to_train_days"] > 0
+               for row in body["scenarios"]), body["scenarios"]
+    assert body["best"] is not None and body["best"]["meets_goal"] is True
+    plans = sweep_plans(created["code"])
+    assert len(plans) == 6 and all(p.attempts == 1 and p.reused_from is None for p in plans)
+    # Six searches between them; the outbox may send a long-queued plan twice, and that delivery does nothing.
+    searches = [w.count("succeeded in") - w.count("this delivery has nothing to do") for w in workers]
+    assert sum(searches) == 6, outputs(*workers)
+
+
+def test_a_worker_killed_mid_sweep_loses_nothing(seeded, broker_env, spawn):
+    web = spawn(WebServer(broker_env))
+    first = spawn(WorkerProcess(broker_env, name="first"))
+    # The longest searches the spec allows (about 0.5-0.8 s each), so that the kill lands mid-search.
+    sweep = {"base": BIG_SPEC, "vary": {"training.global_batch": [16_777_216, 8_388_608, 4_194_304]}}
+    status, created = web.post_json("/api/sweeps", sweep)
+    assert status == 201, created
+    plans = sweep_plans(created["code"])
+    wait_for_status(plans[0], ("running", "done", "failed"), timeout=60, every=0.01)
+    first.kill()  # SIGKILL to the worker and its pool: nothing acknowledges, nothing cleans up
+    for plan in plans:
+        plan.refresh_from_db()
+    killed = [p for p in plans if p.status == "running"]
+    assert len(killed) == 1 and killed[0].result is None, f"the kill must land mid-search\n{outputs(first)}"
+
+    second = spawn(WorkerProcess(broker_env, name="second"))
+    body = wait_for_sweep(web, created["code"], timeout=120)
+    assert all(row["status"] == "done" and row["step_time_s"] > 0 for row in body["scenarios"]), outputs(second)
+    killed[0].refresh_from_db()
+    assert killed[0].attempts == 2  # the killed search, then exactly one more
+    assert Plan.objects.count() == 3 and Sweep.objects.count() == 1
+    assert all(p.attempts <= 2 for p in sweep_plans(created["code"]))
