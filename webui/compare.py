@@ -58,7 +58,7 @@ def compare_sections(*, plans: list[Plan]) -> list[dict[str, Any]]:
     """[{"title", "rows": [{"label", "cells", "differs"}]}] for the compare page, in reading order."""
     bests = [_best(plan) for plan in plans]
     sections = [
-        ("Request", _request_rows(plans)),
+        ("Request", _request_rows()),
         ("Best layout", [(key, lambda b, k=key: (b.get("layout") or {}).get(k)) for key in LAYOUT_KEYS]),
         ("Throughput and time to train", _throughput_rows()),
         ("Step time breakdown (s per step)",
@@ -86,7 +86,7 @@ def _best(plan: Plan) -> dict[str, Any]:
     return plans[0] if plans and isinstance(plans[0], dict) else {}
 
 
-def _request_rows(plans: list[Plan]) -> list[tuple[str, Callable[[Plan], Any]]]:
+def _request_rows() -> list[tuple[str, Callable[[Plan], Any]]]:
     def spec(*keys: str) -> Callable[[Plan], Any]:
         def read(plan: Plan) -> Any:
             value: Any = plan.spec
