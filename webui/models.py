@@ -225,6 +225,8 @@ class Sweep(models.Model):
     code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     base = models.JSONField(help_text="The base spec, as submitted.")
     vary = models.JSONField(help_text="{dotted spec path: [values, ...]}, as submitted.")
+    # PostgreSQL's jsonb does not keep an object's key order, and the axes' order is the table's and the charts'.
+    axes = models.JSONField(default=list, help_text="The paths of `vary`, in the order given.")
     goal = models.JSONField(null=True, blank=True, help_text='{"tokens", "deadline_days", "budget"} or empty.')
     top = models.PositiveSmallIntegerField(default=10, help_text="Ranked layouts kept by each scenario's plan.")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
@@ -242,7 +244,7 @@ class Sweep(models.Model):
     def title(self) -> str:
         model = self.base.get("model") if isinstance(self.base, dict) else None
         name = model if isinstance(model, str) else (model or {}).get("name", "model")
-        return f"Sweep of {name} over {', '.join(self.vary or {})}"
+        return f"Sweep of {name} over {', '.join(self.axes)}"
 
 
 class SweepScenario(models.Model):

@@ -56,8 +56,8 @@ def sweep_create(*, data: Any, top: int = 10) -> Sweep:
         raise SpecError([e for err in errors for e in err.errors])
     prices = dict(GPUType.objects.values_list("name", "price_per_gpu_hour_usd"))
     with transaction.atomic():  # the plans' tasks are sent when this commits (plan_create's on_commit)
-        sweep = Sweep.objects.create(base=data["base"], vary=data["vary"], goal=goal.as_dict() if goal else None,
-                                     top=top)
+        sweep = Sweep.objects.create(base=data["base"], vary=data["vary"], axes=list(data["vary"]),
+                                     goal=goal.as_dict() if goal else None, top=top)
         SweepScenario.objects.bulk_create(
             SweepScenario(sweep=sweep, position=i, values=s.values, plan=services.plan_create(spec=s.spec, top=top),
                           price_per_gpu_hour_usd=prices.get(s.spec.cluster.gpu.name))
@@ -72,7 +72,8 @@ def sweep_rows(*, sweep: Sweep) -> list[dict[str, Any]]:
     for found in sweep.scenarios.values("values", "price_per_gpu_hour_usd", *_PLAN_KEYS.values()):
         plan = {key: found[path] for key, path in _PLAN_KEYS.items()}
         spec_tokens = plan.pop("spec_tokens")
-        row = {"values": found["values"], "plan": str(plan.pop("code")), **plan,
+        values = {axis: found["values"].get(axis) for axis in sweep.axes}  # in axis order (jsonb sorts keys)
+        row = {"values": values, "plan": str(plan.pop("code")), **plan,
                **outcome(tokens_per_s=plan["tokens_per_s"], num_gpus=plan["num_gpus"],
                          tokens=goal.tokens if goal else spec_tokens,
                          price_per_gpu_hour=found["price_per_gpu_hour_usd"])}
@@ -89,7 +90,7 @@ def sweep_as_dict(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None) -> 
     done = sum(row["status"] in FINISHED for row in rows)
     winner = best(rows) if done == len(rows) else None  # named once every scenario has its answer
     return {"code": str(sweep.code), "url": sweep.get_absolute_url(), "status": sweep_status(rows),
-            "done": done, "total": len(rows), "goal": sweep.goal, "axes": list(sweep.vary),
+            "done": done, "total": len(rows), "goal": sweep.goal, "axes": sweep.axes,
             "created_at": sweep.created_at.isoformat(), "scenarios": rows,
             "best": rows[winner] if winner is not None else None}
 
@@ -105,7 +106,7 @@ def sweep_status(rows: list[dict[str, Any]]) -> str:
 def sweep_csv(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None) -> str:
     """The scenario rows as CSV: one column per axis, then the figures (empty where unknown)."""
     rows = sweep_rows(sweep=sweep) if rows is None else rows
-    axes = list(sweep.vary)
+    axes = sweep.axes
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow([*axes, *ROW_FIELDS])
