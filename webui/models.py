@@ -24,6 +24,7 @@ class CatalogRow(models.Model):
     """A catalog entry: one spec section (`SECTION` in the engine's catalog) with a name and its source."""
 
     SECTION = ""  # "gpu" | "node" | "fabric" | "model"
+    CATALOG_ONLY: tuple[str, ...] = ()  # columns besides the spec fields and `source`, which the engine never sees
     name = models.CharField(max_length=200, unique=True)
     source = models.TextField(blank=True, help_text="Where these figures come from (datasheet, paper, table).")
 
@@ -87,6 +88,7 @@ def section_errors(section: str, fields: dict[str, Any]) -> dict[str, list[str]]
 
 class GPUType(CatalogRow):
     SECTION = "gpu"
+    CATALOG_ONLY = ("price_per_gpu_hour_usd",)
     peak_tflops = models.FloatField()
     memory_gib = models.FloatField()
     memory_gbytes_per_s = models.FloatField()

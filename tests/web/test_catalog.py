@@ -43,7 +43,8 @@ def test_catalog_has_the_presets_and_fabrics_the_issue_names(seeded):
 def test_catalog_columns_are_the_spec_fields_plus_source(section, model):
     path = {"gpu": "cluster.gpu", "node": "cluster.node", "fabric": "cluster.fabric", "model": "model"}[section]
     columns = {f.name for f in model._meta.concrete_fields} - {"id"}
-    assert columns == {f.name for f in SECTIONS[path]} | {"source"}
+    assert columns == {f.name for f in SECTIONS[path]} | {"source"} | set(model.CATALOG_ONLY)
+    assert not set(model.CATALOG_ONLY) & {f.name for f in SECTIONS[path]}  # the engine's spec never sees them
 
 
 def test_a_row_is_checked_with_the_engines_messages():
