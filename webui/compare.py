@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from planner.goal import SECONDS_PER_DAY
 
-from .charts import MEMORY_PARTS, TIME_LABELS, TIME_PARTS
+from .charts import MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, memory_breakdown, step_time_breakdown
 from .models import Plan
 
 MIN_PLANS, MAX_PLANS = 2, 4
@@ -79,6 +79,14 @@ def compare_sections(*, plans: list[Plan]) -> list[dict[str, Any]]:
             table.append({"label": label, "cells": cells, "differs": len(set(cells)) > 1})
         out.append({"title": title, "rows": table})
     return out
+
+
+def compare_figures(*, plans: list[Plan]) -> dict[str, Figure]:
+    """The plan page's step-time and memory charts, one bar per plan (its best layout) instead of per layout."""
+    bests = [dict(_best(plan), rank=i + 1, label=plan.title) for i, plan in enumerate(plans) if _best(plan)]
+    result = {"plans": bests}
+    figures = {"step-time": step_time_breakdown(result), "memory": memory_breakdown(result)}
+    return {name: fig for name, fig in figures.items() if fig is not None}
 
 
 def _best(plan: Plan) -> dict[str, Any]:

@@ -54,7 +54,8 @@ def plans_compare(request: HttpRequest) -> HttpResponse:
         plans = compare.compare_plans(codes=compare.compare_codes(request.GET.getlist("plans")))
     except compare.CompareError as err:
         return render(request, "webui/compare_error.html", {"message": str(err)}, status=err.status)
-    context = {"plans": plans, "sections": compare.compare_sections(plans=plans)}
+    context = {"plans": plans, "sections": compare.compare_sections(plans=plans),
+               "figures": compare.compare_figures(plans=plans)}
     return render(request, "webui/compare.html", context)
 
 

@@ -62,5 +62,6 @@ def test_a_planner_sweeps_scenarios_and_compares_two(web, worker, seeded, browse
     page.wait_for_selector("table#compare")
     assert page.locator("#compare thead th").count() == 3
     assert page.locator("#compare tr.differs").count() >= 1  # the two fabrics differ, at least
+    page.wait_for_selector("#chart-step-time svg.main-svg", timeout=30_000)
     assert errors == []
     assert Sweep.objects.count() == 1

@@ -196,6 +196,10 @@ def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded
         "nvlink" in sections["Communication by fabric (s per step)"]
     assert {"weights", "activations", "total"} <= set(sections["Memory per GPU (GiB)"])
     assert "time to train (days)" in sections["Throughput and time to train"]
+    figures = response.context["figures"]
+    assert [t["x"] for t in figures["step-time"]["data"] if t["name"] == "compute"] == [
+        [p.result["plans"][0]["time_s"]["compute"] for p in (a, b)]]
+    assert figures["memory"]["data"][0]["y"] == [f"#1 {a.title}", f"#2 {b.title}"]
     page = response.content.decode()
     assert 'class="differs"' in page and f'href="/plans/{a.code}/"' in page
     # A plan's link works as well as its code, and repeated ?plans= too (the plan page's form sends that).
@@ -214,3 +218,20 @@ def test_compare_with_bad_or_missing_codes_says_so_not_a_500(client, seeded, que
     response = client.get(f"/compare/?{query}")
     assert response.status_code == status
     assert message in html.unescape(response.content.decode())
+
+
+def test_a_gpu_price_is_edited_in_the_admin_and_a_sweep_is_listed_there(admin_client, seeded, client):
+    gpu = GPUType.objects.get(name="H100 SXM5 80GB")
+    page = admin_client.get(f"/admin/webui/gputype/{gpu.pk}/change/").content.decode()
+    assert 'name="price_per_gpu_hour_usd"' in page
+    fields = {f.name: getattr(gpu, f.name) for f in GPUType._meta.concrete_fields if f.name != "id"}
+    form = {k: ("" if v is None else v) for k, v in fields.items()} | {"price_per_gpu_hour_usd": "2.49"}
+    response = admin_client.post(f"/admin/webui/gputype/{gpu.pk}/change/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    gpu.refresh_from_db()
+    assert gpu.price_per_gpu_hour_usd == 2.49
+    code = post(client, {"base": BASE, "vary": {"cluster.num_gpus": [64]}}).json()["code"]
+    assert SweepScenario.objects.get(sweep__code=code).price_per_gpu_hour_usd == 2.49  # kept with the sweep
+    sweep = Sweep.objects.get(code=code)
+    assert admin_client.get("/admin/webui/sweep/").status_code == 200
+    assert admin_client.get(f"/admin/webui/sweep/{sweep.pk}/change/").status_code == 200
