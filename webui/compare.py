@@ -86,6 +86,11 @@ def compare_figures(*, plans: list[Plan]) -> dict[str, Figure]:
     bests = [dict(_best(plan), rank=i + 1, label=plan.title) for i, plan in enumerate(plans) if _best(plan)]
     result = {"plans": bests}
     figures = {"step-time": step_time_breakdown(result), "memory": memory_breakdown(result)}
+    titles = {"step-time": "Step time breakdown, best layout of each plan",
+              "memory": "Memory per GPU against capacity, best layout of each plan"}
+    for name, fig in figures.items():
+        if fig is not None:
+            fig["layout"]["title"]["text"] = titles[name]
     return {name: fig for name, fig in figures.items() if fig is not None}
 
 

@@ -19,6 +19,25 @@
     document.getElementById("sweep-done").textContent = done;
   }
 
+  // Three significant digits, thousands separated, as the server's `number` filter writes them.
+  function number(x) {
+    if (x === null || x === undefined) return "–";
+    return Math.abs(x) >= 1000 ? Math.round(x).toLocaleString("en-US") : String(Number(x.toPrecision(3)));
+  }
+
+  var CELLS = {
+    layout: function (row) { return row.layout || ""; },
+    step_time_s: function (row) { return row.step_time_s === null ? "–" : number(row.step_time_s) + " s"; },
+    tokens_per_s: function (row) { return number(row.tokens_per_s); },
+    mfu: function (row) { return row.mfu === null ? "–" : (100 * row.mfu).toFixed(1) + "%"; },
+    time_to_train_days: function (row) {
+      return row.time_to_train_days === null ? "–" : number(row.time_to_train_days) + " days";
+    },
+    gpu_hours: function (row) { return number(row.gpu_hours); },
+    cost: function (row) { return number(row.cost); },
+    meets_goal: function (row) { return row.meets_goal === null ? "–" : (row.meets_goal ? "yes" : "no"); }
+  };
+
   function showRows(scenarios) {
     scenarios.forEach(function (row) {
       var tr = document.querySelector('tr[data-plan="' + row.plan + '"]');
@@ -26,8 +45,10 @@
       var status = tr.querySelector('[data-cell="status"]');
       status.textContent = row.status;
       status.className = "badge status-" + row.status;
-      if (row.layout) tr.querySelector('[data-cell="layout"]').textContent = row.layout;
-      if (row.mfu !== null) tr.querySelector('[data-cell="mfu"]').textContent = (100 * row.mfu).toFixed(1) + "%";
+      Object.keys(CELLS).forEach(function (name) {
+        var cell = tr.querySelector('[data-cell="' + name + '"]');
+        if (cell) cell.textContent = CELLS[name](row);
+      });
     });
   }
 
