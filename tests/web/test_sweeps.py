@@ -235,3 +235,14 @@ def test_a_gpu_price_is_edited_in_the_admin_and_a_sweep_is_listed_there(admin_cl
     sweep = Sweep.objects.get(code=code)
     assert admin_client.get("/admin/webui/sweep/").status_code == 200
     assert admin_client.get(f"/admin/webui/sweep/{sweep.pk}/change/").status_code == 200
+
+
+def test_the_sweep_api_wants_json_and_answers_404_for_an_unknown_sweep(client, seeded):
+    response = client.post("/api/sweeps", "base=1", content_type="application/x-www-form-urlencoded")
+    assert response.status_code == 415
+    assert response.json() == {"errors": {"sweep": ["must be sent as Content-Type: application/json"]}}
+    unknown = "00000000-0000-0000-0000-000000000000"
+    assert client.get(f"/api/sweeps/{unknown}").status_code == 404
+    assert client.get(f"/sweeps/{unknown}/").status_code == 404
+    assert client.get(f"/sweeps/{unknown}/csv").status_code == 404
+    assert client.get("/api/sweeps").status_code == 405
