@@ -9,7 +9,7 @@ import re
 import uuid
 from typing import Any, Callable
 
-from planner.goal import SECONDS_PER_DAY
+from planner.whatif.goal import SECONDS_PER_DAY
 
 from .charts import MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, memory_breakdown, step_time_breakdown
 from .models import Plan

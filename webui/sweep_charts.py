@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.goal import pareto_front
+from planner.whatif.goal import pareto_front
 
 from .charts import PALETTE, Figure, _layout
 

@@ -14,8 +14,8 @@ from django.db import transaction
 from django.urls import reverse
 
 from planner import SpecError
-from planner.goal import best, meets, outcome, parse_goal
-from planner.sweep import expand, key_name
+from planner.whatif.goal import best, meets, outcome, parse_goal
+from planner.whatif.sweep import expand, key_name
 
 from . import services
 from .models import CATALOG_MODELS, GPUType, Plan, Sweep, SweepScenario

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from planner import SpecError
-from planner.goal import Goal, best, meets, outcome, pareto_front, parse_goal
+from planner.whatif.goal import Goal, best, meets, outcome, pareto_front, parse_goal
 
 
 def test_time_gpu_hours_and_cost_follow_from_tokens_per_second():

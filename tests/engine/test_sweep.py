@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from planner import SpecError
-from planner.sweep import MAX_SCENARIOS, axis_paths, expand, scenario_doc, scenario_label
+from planner.whatif.sweep import MAX_SCENARIOS, axis_paths, expand, scenario_doc, scenario_label
 
 BASE = {"model": "Llama 3 70B", "training": {"global_batch": 1024, "precision": "bf16"},
         "cluster": {"num_gpus": 256, "gpu": "H100 SXM5 80GB", "node": "DGX H100",

@@ -6,7 +6,7 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from planner.sweep import axis_paths
+from planner.whatif.sweep import axis_paths
 
 from .test_fuzz import FUZZ, assert_names_fields, json_values
 

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from .errors import FieldError, SpecError
+from ..errors import FieldError, SpecError
 from .sweep import key_name
 
 SECONDS_PER_DAY = 86_400.0

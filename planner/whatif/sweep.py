@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .errors import FieldError, SpecError
-from .spec import SECTIONS, PlanSpec, parse_spec
+from ..errors import FieldError, SpecError
+from ..spec import SECTIONS, PlanSpec, parse_spec
 
 MAX_SCENARIOS = 1024  # the bound: a sweep is a study, not a search of its own
 MAX_AXES = 8
