@@ -8,6 +8,10 @@ The Plan row is the source of truth, the broker only a doorbell:
   that outlasts the task's hard time limit). A second delivery of the same message finds nothing to claim.
 - `plan_store` writes the outcome only while the plan is running under the caller's token, so a worker that
   lost its lease can never overwrite the answer, and a finished plan never changes.
+- `plan_lost` is called by the worker's main process the moment a pool process dies under a plan's task (the
+  kernel's OOM killer, a kill -9, a cold shutdown): the plan goes back to the queue and is sent again at once,
+  or fails after PLAN_MAX_ATTEMPTS. Each lease names its holder (worker, pool process, task id) so that the
+  main process, which never saw the token, gives back only the lease of the process it lost.
 - `plans_recover`, run by every worker every PLAN_RECOVER_EVERY_S (webui/celery.py) and by
   `manage.py plans_recover`, puts lapsed leases (the worker died mid-search) back in the queue, fails plans
   whose search was cut off PLAN_MAX_ATTEMPTS times, and sends the outbox: plans never sent, and plans sent long
@@ -31,9 +35,15 @@ from django.utils import timezone
 import planner
 from planner import PlanSpec
 
+from .celery import app
 from .models import Plan
 
 logger = logging.getLogger(__name__)
+
+# The task is sent by name: this module is imported by the services, which the task module imports.
+PLAN_RUN_TASK = "webui.plan_run"
+# Lease tokens derived from their holder's name (uuid5): the same name gives the same token in any process.
+LEASE_NAMESPACE = uuid.UUID("4f1c2a9e-7a61-4c55-9a3b-0c6f2e8d5b17")
 
 
 def plan_time_limit(*, spec: PlanSpec) -> float:
@@ -67,11 +77,9 @@ def plan_send(*, plan: Plan) -> bool:
     """Hand the task of a plan already stamped `dispatched_at` to the broker, with the plan's time limits.
     A broker that refuses it (down, unreachable) is logged and the stamp cleared: the plan is in the outbox,
     and its page says it is waiting. No exception escapes: the plan is saved either way."""
-    from .tasks import plan_run_task  # the task module imports the services, which import this one
-
     try:
-        plan_run_task.apply_async((plan.pk,), soft_time_limit=plan.time_limit_s,
-                                  time_limit=plan_hard_limit(plan=plan))
+        app.send_task(PLAN_RUN_TASK, args=(plan.pk,), soft_time_limit=plan.time_limit_s,
+                      time_limit=plan_hard_limit(plan=plan))
     except Exception as err:  # kombu's OperationalError, a socket error, a timeout: the broker is not there
         logger.warning("plan %s: the broker refused the task (%s); it stays in the outbox", plan.pk, err)
         Plan.objects.filter(pk=plan.pk, dispatched_at=plan.dispatched_at).update(dispatched_at=None)
@@ -79,13 +87,24 @@ def plan_send(*, plan: Plan) -> bool:
     return True
 
 
-def plan_claim(*, plan_id: int) -> tuple[Plan | None, uuid.UUID | None]:
+def lease_holder(*, hostname: str, pid: int | None, task_id: str) -> str:
+    """The name of one delivery of a plan's task in one pool process: known to the pool process that searches
+    and to its worker's main process, which outlives it."""
+    return f"{hostname}/{pid}/{task_id}"
+
+
+def lease_token(holder: str | None) -> uuid.UUID:
+    """The lease token of a named holder, or a fresh random one for an unnamed caller (a test, a command)."""
+    return uuid.uuid5(LEASE_NAMESPACE, holder) if holder else uuid.uuid4()
+
+
+def plan_claim(*, plan_id: int, holder: str | None = None) -> tuple[Plan | None, uuid.UUID | None]:
     """(the plan, a lease token) when this caller may run its search now; (the plan, None) when it may not:
     it is running under someone else's live lease, or finished. (None, None) when there is no such plan."""
     plan = Plan.objects.filter(pk=plan_id).only("time_limit_s").first()
     if plan is None:
         return None, None
-    token = uuid.uuid4()
+    token = lease_token(holder)
     now = timezone.now()
     lease = timedelta(seconds=plan_hard_limit(plan=plan) + settings.PLAN_TIME_GRACE_S)
     claimed = Plan.objects.filter(pk=plan_id, status=Plan.Status.QUEUED).update(
@@ -114,6 +133,31 @@ def plan_release(*, plan: Plan, token: uuid.UUID) -> None:
             status=Plan.Status.QUEUED, lease_token=None, lease_expires_at=None)
     except DatabaseError:
         logger.warning("plan %s: could not release the lease; it will lapse", plan.code)
+
+
+def plan_lost(*, plan_id: int, holder: str | None) -> str:
+    """The pool process that ran this plan's task under `holder` is gone (killed, out of memory, or cut off by a
+    shutdown); its worker's main process calls this at once. Returns what became of the plan:
+
+    - "failed": it was that process's search, and the PLAN_MAX_ATTEMPTS-th to be cut off;
+    - "requeued": it was that process's search; it is back in the queue and sent again now;
+    - "sent": it was still queued (the process died before claiming it); sent again now;
+    - "": it is finished, or another delivery holds it, or the broker refused it (the outbox sends it later).
+    """
+    now = timezone.now()
+    held = Plan.objects.filter(pk=plan_id, status=Plan.Status.RUNNING, lease_token=lease_token(holder)) \
+        if holder else Plan.objects.none()
+    if held.filter(attempts__gte=settings.PLAN_MAX_ATTEMPTS).update(
+            status=Plan.Status.FAILED, lease_token=None, lease_expires_at=None, finished_at=now,
+            error=f"Its search process stopped {settings.PLAN_MAX_ATTEMPTS} times before finishing (the system "
+                  "killed it, most likely for lack of memory), so it was not tried again. Pin part of the layout "
+                  "(TP, PP) to make the search smaller, or ask your operator to look at the workers' logs."):
+        return "failed"
+    requeued = held.update(status=Plan.Status.QUEUED, lease_token=None, lease_expires_at=None, dispatched_at=None)
+    plan = Plan.objects.filter(pk=plan_id, status=Plan.Status.QUEUED).only("dispatched_at", "time_limit_s").first()
+    if plan is None or not plan_dispatch(plan=plan):
+        return "requeued" if requeued else ""
+    return "requeued" if requeued else "sent"
 
 
 def plans_recover(*, limit: int = 500) -> dict[str, int]:

@@ -202,13 +202,14 @@ def plan_original(*, spec_hash: str, top: int) -> Plan | None:
             .order_by("finished_at").first())
 
 
-def plan_run(*, plan_id: int) -> Plan | None:
+def plan_run(*, plan_id: int, holder: str | None = None) -> Plan | None:
     """Run the engine's search for a queued plan and record the outcome, once however often it is delivered.
 
-    Only the caller that claims the plan (queued -> running under a fresh lease) searches; any other delivery
-    returns the plan as it is. An identical request finished meanwhile lends its answer instead of a search.
+    Only the caller that claims the plan (queued -> running under a lease named for `holder`, see
+    `delivery.lease_holder`) searches; any other delivery returns the plan as it is. An identical request
+    finished meanwhile lends its answer instead of a search.
     """
-    plan, token = delivery.plan_claim(plan_id=plan_id)
+    plan, token = delivery.plan_claim(plan_id=plan_id, holder=holder)
     if plan is None:
         logger.warning("plan %s does not exist; nothing to run", plan_id)
         return None

@@ -199,7 +199,13 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True  # a worker that dies mid-search leaves the message for another
-CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# A pool process that dies mid-search (the OOM killer): its worker's main process gives the plan back and sends
+# it again (webui/tasks.py), so the lost message is acknowledged, not requeued (a second copy would only find the
+# plan taken, and how a requeued message comes back differs between brokers and Celery versions).
+CELERY_TASK_REJECT_ON_WORKER_LOST = False
+# How long the main process waits for a dead pool process's last words before it declares the task lost
+# (billiard's default is 10 s). Results live in the Plan row, never in that pipe, so there is nothing to wait for.
+CELERY_WORKER_LOST_WAIT = 1.0
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # A search that outlives a lost broker connection still stores its answer; the message comes back and is a no-op.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False

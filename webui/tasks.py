@@ -1,20 +1,62 @@
 """Celery tasks: thin, like views. Take a plan id, call a service; the service records the outcome.
 
-Delivery is at least once (late acknowledgement, a lost worker's message goes back to the queue, the outbox
-may send a plan twice); `services.plan_run` makes it exactly once by claiming the plan with a lease.
+Delivery is at least once (late acknowledgement, the outbox may send a plan twice); `services.plan_run` makes
+it exactly once by claiming the plan with a lease.
+
+A search runs in a pool process, which the kernel's OOM killer (or anyone) may kill. The worker's main process
+outlives it and is told at once (`PlanRequest.on_failure`, WorkerLostError): it gives the plan back to the
+queue and sends it again (`delivery.plan_lost`), and acknowledges the lost message, which frees the worker for
+the next plan. Should even that fail (the database away), the plan's lease lapses and the sweep recovers it.
 """
 from __future__ import annotations
 
-from celery import shared_task
-from django.db import InterfaceError, OperationalError
+import logging
+import os
+from typing import Any
 
-from . import services
+from billiard.exceptions import Terminated, WorkerLostError
+from celery import Task, shared_task
+from celery.worker.request import Request
+from django.db import InterfaceError, OperationalError, connection
+
+from . import delivery, services
+
+logger = logging.getLogger(__name__)
+
+# How a pool process ends without its task returning: killed (WorkerLostError), terminated by the worker, or
+# cancelled by a cold shutdown (billiard 4.3 reports that as SystemExit or KeyboardInterrupt).
+PROCESS_LOST = (WorkerLostError, Terminated, SystemExit, KeyboardInterrupt)
+
+
+class PlanRequest(Request):
+    """A plan task's request as the worker's main process handles it."""
+
+    def on_failure(self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False) -> None:
+        error = getattr(exc_info.exception, "exc", exc_info.exception)  # billiard wraps it with its traceback
+        if isinstance(error, PROCESS_LOST) and self.args:
+            plan_give_back(plan_id=self.args[0], holder=delivery.lease_holder(
+                hostname=self.hostname, pid=self.worker_pid, task_id=self.id) if self.worker_pid else None,
+                reason=repr(error))
+        super().on_failure(exc_info, send_failed_event=send_failed_event, return_ok=return_ok)
+
+
+def plan_give_back(*, plan_id: int, holder: str | None, reason: str) -> None:
+    """`delivery.plan_lost`, from the worker's main process: logged, never raised, no connection kept."""
+    try:
+        outcome = delivery.plan_lost(plan_id=plan_id, holder=holder)
+        logger.warning("plan %s: its search process was lost (%s): %s", plan_id, reason,
+                       outcome or "nothing to do (finished, or held by another delivery)")
+    except Exception:  # the lease lapses and the sweep recovers the plan
+        logger.exception("plan %s: could not give the plan back; its lease will lapse", plan_id)
+    finally:
+        connection.close()
 
 
 # Database hiccups (a locked SQLite file, a dropped PostgreSQL connection) are worth retrying: the service gives
 # the plan back first. The engine's own failures are not (the same spec fails the same way): the service
 # records them on the plan. Time limits come with each message, sized from the plan's spec.
-@shared_task(name="webui.plan_run", autoretry_for=(OperationalError, InterfaceError), retry_backoff=True,
-             retry_backoff_max=60, max_retries=5)
-def plan_run_task(plan_id: int) -> None:
-    services.plan_run(plan_id=plan_id)
+@shared_task(bind=True, name=delivery.PLAN_RUN_TASK, Request=PlanRequest, autoretry_for=(OperationalError, InterfaceError),
+             retry_backoff=True, retry_backoff_max=60, max_retries=5)
+def plan_run_task(self: Task, plan_id: int) -> None:
+    holder = delivery.lease_holder(hostname=self.request.hostname, pid=os.getpid(), task_id=self.request.id)
+    services.plan_run(plan_id=plan_id, holder=holder)

@@ -16,7 +16,6 @@ from django.utils import timezone
 import planner
 from webui import delivery, services
 from webui.models import Plan
-from webui.tasks import plan_run_task
 
 from .conftest import fresh_python
 
@@ -27,8 +26,8 @@ pytestmark = pytest.mark.django_db
 def sent(monkeypatch) -> list[dict]:
     """Messages handed to the broker, recorded instead of sent."""
     calls: list[dict] = []
-    monkeypatch.setattr(plan_run_task, "apply_async",
-                        lambda args, **options: calls.append({"plan_id": args[0], **options}))
+    monkeypatch.setattr(delivery.app, "send_task",
+                        lambda name, args, **options: calls.append({"plan_id": args[0], "task": name, **options}))
     return calls
 
 
@@ -36,7 +35,7 @@ def sent(monkeypatch) -> list[dict]:
 def broker_down(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise ConnectionRefusedError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
-    monkeypatch.setattr(plan_run_task, "apply_async", refuse)
+    monkeypatch.setattr(delivery.app, "send_task", refuse)
 
 
 @pytest.fixture
@@ -71,7 +70,7 @@ def test_a_plan_is_sent_with_its_own_soft_and_hard_limits(seeded, small_spec, se
     with django_capture_on_commit_callbacks(execute=True):
         plan = services.plan_create(spec=services.spec_parse(data=small_spec))
     assert plan.time_limit_s == delivery.plan_time_limit(spec=services.spec_parse(data=small_spec))
-    assert sent == [{"plan_id": plan.pk, "soft_time_limit": plan.time_limit_s, "time_limit": plan.time_limit_s + 10}]
+    assert sent == [{"plan_id": plan.pk, "task": "webui.plan_run", "soft_time_limit": plan.time_limit_s, "time_limit": plan.time_limit_s + 10}]
     plan.refresh_from_db()
     assert plan.dispatched_at is not None and not plan.is_waiting_for_broker
 
@@ -160,6 +159,43 @@ def test_the_sweep_requeues_and_resends_a_search_whose_worker_died(queued, sent)
     assert services.plan_run(plan_id=plan.pk).attempts == 2
 
 
+def test_a_lost_search_process_gives_its_plan_back_at_once_and_it_is_sent_again(queued, sent):
+    holder = delivery.lease_holder(hostname="w1@host", pid=4242, task_id="t-1")
+    plan, token = delivery.plan_claim(plan_id=queued.pk, holder=holder)
+    assert token == delivery.lease_token(holder) and plan.status == "running"
+    assert delivery.plan_lost(plan_id=plan.pk, holder=holder) == "requeued"  # no lease had to lapse
+    plan.refresh_from_db()
+    assert (plan.status, plan.lease_token, plan.attempts) == ("queued", None, 1)
+    assert [m["plan_id"] for m in sent] == [plan.pk] and plan.dispatched_at is not None
+    assert services.plan_run(plan_id=plan.pk).attempts == 2  # the next delivery searches it
+
+
+def test_a_lost_process_gives_back_only_its_own_lease(queued, sent):
+    mine = delivery.lease_holder(hostname="w1@host", pid=4242, task_id="t-1")
+    plan, _ = delivery.plan_claim(plan_id=queued.pk, holder=mine)
+    # A duplicate delivery of the same message in another process found the plan taken and died: not its lease.
+    other = delivery.lease_holder(hostname="w2@host", pid=4242, task_id="t-1")
+    assert delivery.plan_lost(plan_id=plan.pk, holder=other) == ""
+    assert delivery.plan_lost(plan_id=plan.pk, holder=None) == ""
+    plan.refresh_from_db()
+    assert plan.status == "running" and plan.lease_token == delivery.lease_token(mine) and sent == []
+
+
+def test_a_process_lost_before_it_claimed_the_plan_sends_it_again(queued, sent):
+    assert delivery.plan_lost(plan_id=queued.pk, holder="w1@host/4242/t-1") == "sent"
+    assert [m["plan_id"] for m in sent] == [queued.pk]
+
+
+def test_a_plan_whose_search_process_dies_too_often_fails_with_a_message(queued, sent, settings):
+    holder = "w1@host/4242/t-1"
+    Plan.objects.filter(pk=queued.pk).update(attempts=settings.PLAN_MAX_ATTEMPTS - 1)
+    plan, _ = delivery.plan_claim(plan_id=queued.pk, holder=holder)
+    assert delivery.plan_lost(plan_id=plan.pk, holder=holder) == "failed"
+    plan.refresh_from_db()
+    assert plan.status == "failed" and plan.lease_token is None and sent == []
+    assert plan.error.startswith(f"Its search process stopped {settings.PLAN_MAX_ATTEMPTS} times before finishing")
+
+
 def test_a_search_cut_off_too_often_fails_with_a_message(queued, sent, settings):
     Plan.objects.filter(pk=queued.pk).update(status="running", attempts=settings.PLAN_MAX_ATTEMPTS,
                                               lease_expires_at=ago(1))
@@ -179,7 +215,7 @@ def test_the_outbox_sends_plans_the_broker_refused_once_it_is_back(seeded, small
     assert delivery.plans_recover() == {"requeued": 0, "failed": 0, "sent": 0, "unsent": 1}
     monkeypatch.undo()
     calls: list[int] = []
-    monkeypatch.setattr(plan_run_task, "apply_async", lambda args, **options: calls.append(args[0]))
+    monkeypatch.setattr(delivery.app, "send_task", lambda name, args, **options: calls.append(args[0]))
     assert delivery.plans_recover()["sent"] == 1 and calls == [plan.pk]
     assert delivery.plans_recover()["sent"] == 0  # sent once, not on every sweep
     plan.refresh_from_db()

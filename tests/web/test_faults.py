@@ -7,10 +7,15 @@ search back.
 from __future__ import annotations
 
 import copy
+import os
+import signal
 import time
+from datetime import timedelta
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from django.utils import timezone
 
 from webui.models import Plan
 
@@ -139,3 +144,47 @@ def test_a_plan_whose_message_a_redis_restart_lost_is_sent_again(seeded, redis, 
     wait_for_status(plan, ("done", "failed"), timeout=60)
     assert plan.status == "done", f"{plan.status} {plan.error}\n{outputs(worker, web)}"
     assert plan.attempts == 1
+
+
+# A DeepSeek-V3-shaped MoE (the issue's example, scaled to 2,048 GPUs): a few seconds of search, so that a
+# kill lands in the middle of it. Time limits stay long here (PLAN_TIME_BASE_S below): the lease outlasts the
+# whole test, so a plan that comes back does so because the worker noticed, not because the lease lapsed.
+MOE_SPEC: dict[str, Any] = {
+    "model": {"name": "DeepSeek-V3 shape", "layers": 61, "hidden": 7168, "heads": 128, "ffn_hidden": 18432,
+              "gated_mlp": True, "vocab": 129280, "seq_len": 4096, "experts": 256, "top_k": 8,
+              "expert_ffn_hidden": 2048, "shared_experts": 1, "dense_layers": 3},
+    "training": {"global_batch": 4096, "precision": "fp8"},
+    "cluster": {"num_gpus": 2048, "gpu": "H800 SXM5 80GB", "node": "HGX H800", "fabric": "NDR InfiniBand fat tree"},
+}
+LONG_LEASE = {"PLAN_TIME_BASE_S": "100", "PLAN_RESEND_AFTER_S": "300"}
+
+
+def pool_children(worker: Process) -> list[int]:
+    """The pids of a worker's pool processes (children of its main process)."""
+    path = Path(f"/proc/{worker.proc.pid}/task/{worker.proc.pid}/children")
+    return [int(pid) for pid in path.read_text().split()]
+
+
+def test_a_killed_pool_process_frees_the_worker_at_once(seeded, broker_env, spawn):
+    env = {**broker_env, **LONG_LEASE}
+    web = spawn(WebServer(env))
+    worker = spawn(WorkerProcess(env, name="only"))
+    plan = submit(web, MOE_SPEC)
+    wait_for_status(plan, ("running", "done", "failed"), timeout=60, every=0.01)
+    time.sleep(0.5)
+    [child] = pool_children(worker)
+    os.kill(child, signal.SIGKILL)  # as the kernel's OOM killer would: the worker's main process lives on
+    killed_at = timezone.now()
+    plan.refresh_from_db()
+    assert plan.status == "running" and plan.attempts == 1, f"the kill must land mid-search\n{outputs(worker)}"
+    assert plan.lease_expires_at - killed_at > timedelta(seconds=100)
+    later = submit(web, SMALL_SPEC)  # posted after the kill: the same worker, with a new pool process, serves it
+
+    for each in (plan, later):
+        wait_for_status(each, ("done", "failed"), timeout=90)
+        assert each.status == "done", f"{each.status} {each.error}\n{outputs(worker, web)}"
+    # Searched again within seconds, long before its lease would have lapsed; once more, not twice.
+    assert plan.started_at - killed_at < timedelta(seconds=20), outputs(worker)
+    assert plan.attempts == 2 and later.attempts == 1, outputs(worker)
+    assert plan.result["plans"][0]["step_time_s"] > 0 and plan.error == "" and worker.alive()
+    assert worker.count("its search process was lost") == 1, outputs(worker)
