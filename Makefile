@@ -7,6 +7,7 @@ PY     := $(VENV)/bin/python
 PORT   ?= 8000
 HOST   ?= 127.0.0.1
 WORKERS ?= 2
+VAR_DIR ?= var
 
 .PHONY: run test setup venv migrate static clean validation
 
@@ -28,15 +29,11 @@ static: venv
 setup: migrate static
 
 # The web server (gunicorn + WhiteNoise, content-hashed static files) and one Celery worker, which also sends
-# plans the broker missed and recovers searches whose worker died (webui/celery.py). Searches run at a lower
-# CPU priority than page requests, so the pages stay quick while a search runs. Ctrl-C stops both.
+# plans the broker missed and recovers searches whose worker died (webui/celery.py), both started and stopped
+# by webui/serve.py. Ctrl-C (or SIGTERM to make) stops both within seconds, even mid-search; a search cut off
+# goes back to the queue.
 run: setup
-	@nice -n 10 $(VENV)/bin/celery -A webui worker --concurrency 1 --loglevel info \
-		--without-mingle --without-gossip --without-heartbeat > var/worker.log 2>&1 & \
-	worker=$$!; trap 'kill $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
-	echo ""; echo "  The placement planner is running at http://$(HOST):$(PORT)/"; \
-	echo "  (worker log: var/worker.log; stop with Ctrl-C)"; echo ""; \
-	$(VENV)/bin/gunicorn webui.wsgi --bind $(HOST):$(PORT) --workers $(WORKERS) --access-logfile -
+	@$(PY) -m webui.serve --host $(HOST) --port $(PORT) --workers $(WORKERS) --worker-log $(VAR_DIR)/worker.log
 
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)

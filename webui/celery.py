@@ -41,9 +41,13 @@ def limit_search_memory(**kwargs: Any) -> None:
 
 
 def recover_plans() -> None:
+    from celery.worker import state
     from django.db import connection
 
     from webui import delivery
+
+    if state.should_stop or state.should_terminate:
+        return  # a worker on its way out must not send itself plans it would drop
 
     try:
         delivery.plans_recover()

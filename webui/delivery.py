@@ -135,14 +135,19 @@ def plan_release(*, plan: Plan, token: uuid.UUID) -> None:
         logger.warning("plan %s: could not release the lease; it will lapse", plan.code)
 
 
-def plan_lost(*, plan_id: int, holder: str | None) -> str:
+def plan_lost(*, plan_id: int, holder: str | None, send: bool = True) -> str:
     """The pool process that ran this plan's task under `holder` is gone (killed, out of memory, or cut off by a
     shutdown); its worker's main process calls this at once. Returns what became of the plan:
 
     - "failed": it was that process's search, and the PLAN_MAX_ATTEMPTS-th to be cut off;
-    - "requeued": it was that process's search; it is back in the queue and sent again now;
+    - "requeued": it was that process's search; it is back in the queue (and sent again now if `send`);
     - "sent": it was still queued (the process died before claiming it); sent again now;
     - "": it is finished, or another delivery holds it, or the broker refused it (the outbox sends it later).
+
+    A worker that stopped the process itself (a shutdown) passes send=False: it did not acknowledge the
+    message, which goes back to the broker's queue as the worker closes its connection, and a message sent now
+    might be taken by that same worker on its way out. The plan counts as sent; should the broker lose the
+    message, the outbox sends it again after PLAN_RESEND_AFTER_S.
     """
     now = timezone.now()
     held = Plan.objects.filter(pk=plan_id, status=Plan.Status.RUNNING, lease_token=lease_token(holder)) \
@@ -153,9 +158,10 @@ def plan_lost(*, plan_id: int, holder: str | None) -> str:
                   "killed it, most likely for lack of memory), so it was not tried again. Pin part of the layout "
                   "(TP, PP) to make the search smaller, or ask your operator to look at the workers' logs."):
         return "failed"
-    requeued = held.update(status=Plan.Status.QUEUED, lease_token=None, lease_expires_at=None, dispatched_at=None)
+    requeued = held.update(status=Plan.Status.QUEUED, lease_token=None, lease_expires_at=None,
+                           dispatched_at=None if send else now)
     plan = Plan.objects.filter(pk=plan_id, status=Plan.Status.QUEUED).only("dispatched_at", "time_limit_s").first()
-    if plan is None or not plan_dispatch(plan=plan):
+    if not send or plan is None or not plan_dispatch(plan=plan):
         return "requeued" if requeued else ""
     return "requeued" if requeued else "sent"
 

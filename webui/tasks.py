@@ -16,6 +16,7 @@ from typing import Any
 
 from billiard.exceptions import Terminated, WorkerLostError
 from celery import Task, shared_task
+from celery.worker import state as worker_state
 from celery.worker.request import Request
 from django.db import InterfaceError, OperationalError, connection
 
@@ -23,9 +24,10 @@ from . import delivery, services
 
 logger = logging.getLogger(__name__)
 
-# How a pool process ends without its task returning: killed (WorkerLostError), terminated by the worker, or
-# cancelled by a cold shutdown (billiard 4.3 reports that as SystemExit or KeyboardInterrupt).
-PROCESS_LOST = (WorkerLostError, Terminated, SystemExit, KeyboardInterrupt)
+# How a pool process ends without its task returning: killed from outside (WorkerLostError), or stopped by its
+# own worker (Terminated; a cold shutdown's cancel, which billiard 4.3 reports as SystemExit or KeyboardInterrupt).
+KILLED = (WorkerLostError,)
+STOPPED = (Terminated, SystemExit, KeyboardInterrupt)
 
 
 class PlanRequest(Request):
@@ -33,17 +35,19 @@ class PlanRequest(Request):
 
     def on_failure(self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False) -> None:
         error = getattr(exc_info.exception, "exc", exc_info.exception)  # billiard wraps it with its traceback
-        if isinstance(error, PROCESS_LOST) and self.args:
-            plan_give_back(plan_id=self.args[0], holder=delivery.lease_holder(
-                hostname=self.hostname, pid=self.worker_pid, task_id=self.id) if self.worker_pid else None,
-                reason=repr(error))
+        if isinstance(error, KILLED + STOPPED) and self.args:
+            holder = delivery.lease_holder(hostname=self.hostname, pid=self.worker_pid, task_id=self.id)
+            # A worker that is shutting down, or stops its own process, keeps the message: nothing is sent again.
+            shutting_down = bool(worker_state.should_stop or worker_state.should_terminate)
+            plan_give_back(plan_id=self.args[0], holder=holder if self.worker_pid else None,
+                           send=isinstance(error, KILLED) and not shutting_down, reason=repr(error))
         super().on_failure(exc_info, send_failed_event=send_failed_event, return_ok=return_ok)
 
 
-def plan_give_back(*, plan_id: int, holder: str | None, reason: str) -> None:
+def plan_give_back(*, plan_id: int, holder: str | None, send: bool, reason: str) -> None:
     """`delivery.plan_lost`, from the worker's main process: logged, never raised, no connection kept."""
     try:
-        outcome = delivery.plan_lost(plan_id=plan_id, holder=holder)
+        outcome = delivery.plan_lost(plan_id=plan_id, holder=holder, send=send)
         logger.warning("plan %s: its search process was lost (%s): %s", plan_id, reason,
                        outcome or "nothing to do (finished, or held by another delivery)")
     except Exception:  # the lease lapses and the sweep recovers the plan

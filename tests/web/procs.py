@@ -105,26 +105,11 @@ class WorkerProcess(Process):
         return self
 
 
-class WebServer(Process):
-    """gunicorn serving webui.wsgi, as `make run` and production do (WhiteNoise for static files)."""
+class WebClient:
+    """Talks to a web server at `url` over HTTP, as a script would."""
 
-    def __init__(self, env: dict[str, str], workers: int = 2, port: int | None = None,
-                 extra: tuple[str, ...] = ()) -> None:
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        super().__init__([str(BIN / "gunicorn"), "webui.wsgi", "--bind", f"127.0.0.1:{self.port}",
-                          "--workers", str(workers), *extra], env, f"gunicorn:{self.port}")
-
-    def wait_ready(self, timeout: float = 60) -> WebServer:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.alive():
-            try:
-                with urllib.request.urlopen(self.url + "/api/catalog", timeout=2):
-                    return self
-            except (OSError, urllib.error.URLError):
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"gunicorn did not start:\n{self.output()}")
+    def __init__(self, url: str) -> None:
+        self.url = url
 
     def post_json(self, path: str, body: Any, timeout: float = 30) -> tuple[int, dict[str, Any]]:
         request = urllib.request.Request(self.url + path, json.dumps(body).encode(), method="POST",
@@ -137,6 +122,33 @@ class WebServer(Process):
     def get_text(self, path: str, timeout: float = 30) -> str:
         with urllib.request.urlopen(self.url + path, timeout=timeout) as response:
             return response.read().decode()
+
+    def answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/api/catalog", timeout=2):
+                return True
+        except (OSError, urllib.error.URLError):
+            return False
+
+
+class WebServer(Process, WebClient):
+    """gunicorn serving webui.wsgi, as `make run` and production do (WhiteNoise for static files)."""
+
+    def __init__(self, env: dict[str, str], workers: int = 2, port: int | None = None,
+                 extra: tuple[str, ...] = ()) -> None:
+        self.port = port or free_port()
+        WebClient.__init__(self, f"http://127.0.0.1:{self.port}")
+        Process.__init__(self, [str(BIN / "gunicorn"), "webui.wsgi", "--bind", f"127.0.0.1:{self.port}",
+                                "--workers", str(workers), *extra], env, f"gunicorn:{self.port}")
+
+    def wait_ready(self, timeout: float = 60) -> WebServer:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.alive():
+            if self.answers():
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"gunicorn did not start:\n{self.output()}")
 
 
 def _open(request: urllib.request.Request, timeout: float) -> tuple[int, dict[str, Any]]:

@@ -181,6 +181,16 @@ def test_a_lost_process_gives_back_only_its_own_lease(queued, sent):
     assert plan.status == "running" and plan.lease_token == delivery.lease_token(mine) and sent == []
 
 
+def test_a_search_cut_off_by_a_shutdown_goes_back_to_the_queue_with_its_message_kept(queued, sent):
+    holder = "w1@host/4242/t-1"
+    plan, _ = delivery.plan_claim(plan_id=queued.pk, holder=holder)
+    assert delivery.plan_lost(plan_id=plan.pk, holder=holder, send=False) == "requeued"
+    plan.refresh_from_db()
+    assert (plan.status, plan.lease_token, plan.attempts) == ("queued", None, 1)
+    # Not sent now (the stopping worker would take it), and not by the sweep either: the broker keeps the message.
+    assert plan.dispatched_at is not None and delivery.plans_recover()["sent"] == 0 and sent == []
+
+
 def test_a_process_lost_before_it_claimed_the_plan_sends_it_again(queued, sent):
     assert delivery.plan_lost(plan_id=queued.pk, holder="w1@host/4242/t-1") == "sent"
     assert [m["plan_id"] for m in sent] == [queued.pk]

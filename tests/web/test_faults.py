@@ -20,7 +20,7 @@ from django.utils import timezone
 from webui.models import Plan
 
 from .conftest import SMALL_SPEC, require, wait_for_status
-from .procs import Process, RedisServer, WebServer, WorkerProcess
+from .procs import Process, RedisServer, WebClient, WebServer, WorkerProcess, free_port
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -74,7 +74,7 @@ def broker_env(request, service_env, tmp_path) -> dict[str, str]:
             "CELERY_BROKER_DIR": str(tmp_path / "broker")}
 
 
-def submit(web: WebServer, spec: dict[str, Any]) -> Plan:
+def submit(web: WebClient, spec: dict[str, Any]) -> Plan:
     status, body = web.post_json("/api/plans", spec)
     assert status == 201, body
     return Plan.objects.get(code=body["code"])
@@ -188,3 +188,70 @@ def test_a_killed_pool_process_frees_the_worker_at_once(seeded, broker_env, spaw
     assert plan.attempts == 2 and later.attempts == 1, outputs(worker)
     assert plan.result["plans"][0]["step_time_s"] > 0 and plan.error == "" and worker.alive()
     assert worker.count("its search process was lost") == 1, outputs(worker)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid`, however deep (make -> serve -> gunicorn and celery -> their children)."""
+    found: set[int] = set()
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                found |= {int(child)} | descendants(int(child))
+    except FileNotFoundError:
+        pass
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_until(check: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return check()
+
+
+# Each way of stopping on one broker (both brokers run the pool-kill test above): SIGTERM to make alone, as a
+# supervisor sends it, and Ctrl-C, which the terminal sends to the whole foreground process group.
+@pytest.mark.parametrize("broker_env, how", [("filesystem", "SIGTERM to make"), ("redis", "Ctrl-C")],
+                         indirect=["broker_env"])
+def test_make_run_stops_the_web_server_and_the_worker_within_10_s_mid_search(seeded, broker_env, spawn, tmp_path,
+                                                                              how):
+    port = free_port()
+    env = {**broker_env, **LONG_LEASE, "PORT": str(port), "VAR_DIR": str(tmp_path / "var")}
+    make = Process(["make", "run"], env, "make run")
+    web = WebClient(f"http://127.0.0.1:{port}")
+    try:
+        assert wait_until(lambda: web.answers() or not make.alive(), 120), make.output()
+        log = tmp_path / "var" / "worker.log"
+        assert wait_until(lambda: log.exists() and " ready." in log.read_text(), 60), make.output()
+        plan = submit(web, MOE_SPEC)
+        wait_for_status(plan, ("running", "done", "failed"), timeout=60, every=0.01)
+        processes = descendants(make.proc.pid)
+        assert plan.status == "running" and len(processes) >= 5, make.output()  # serve, 2+1 gunicorn, 2 celery
+
+        stopped_at = time.monotonic()
+        if how == "Ctrl-C":
+            os.killpg(make.proc.pid, signal.SIGINT)  # the terminal signals the whole foreground process group
+        else:
+            make.proc.send_signal(signal.SIGTERM)  # a supervisor signals make alone
+        assert wait_until(lambda: not make.alive() and not any(map(running, processes)), 10), \
+            f"{make.output()}\n{log.read_text()[-3000:]}"
+        elapsed = time.monotonic() - stopped_at
+    finally:
+        make.kill()
+        for pid in descendants(make.proc.pid):
+            os.kill(pid, signal.SIGKILL)
+    assert not web.answers()
+    # The search cut off is not lost: the worker gave its plan back, and the next worker to start searches it.
+    plan.refresh_from_db()
+    assert (plan.status, plan.attempts, plan.lease_token) == ("queued", 1, None), log.read_text()[-3000:]
+    worker = spawn(WorkerProcess(env))
+    wait_for_status(plan, ("done", "failed"), timeout=60)
+    assert (plan.status, plan.attempts) == ("done", 2), f"{plan.error}\n{outputs(worker)}"
+    print(f"{how}: everything stopped in {elapsed:.1f} s")

@@ -1,0 +1,91 @@
+"""`make run`: the web server (gunicorn) and one Celery worker, started and stopped together.
+
+Ctrl-C, or SIGTERM to `make` (which passes it on to this process), stops both within STOP_WITHIN_S, even
+mid-search:
+- gunicorn gets SIGTERM: it finishes the requests in hand (a page or an API call, well under a second);
+- the worker gets SIGQUIT, Celery's cold shutdown. SIGTERM would be a warm shutdown, which waits for the search
+  in hand, and a search may take minutes. The search cut off is not lost: the worker's main process gives its
+  plan back to the queue (webui/tasks.py), and the next start searches it again.
+Each child runs in a process group of its own, so the terminal's Ctrl-C (SIGINT to the foreground group)
+reaches only this process, which decides what each child gets. Whatever is still alive at the deadline is
+killed with its process group.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+STOP_WITHIN_S = 8.0
+BIN = Path(sys.executable).parent  # the virtual environment's bin/: celery and gunicorn live beside python
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m webui.serve", description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
+    parser.add_argument("--worker-log", type=Path, default=Path("var/worker.log"))
+    args = parser.parse_args(argv)
+
+    stop_requested: list[int] = []
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop_requested.append(signum)
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    children = start(args)
+    print(f"\n  The placement planner is running at http://{args.host}:{args.port}/\n"
+          f"  (worker log: {args.worker_log}; stop with Ctrl-C)\n", flush=True)
+    while not stop_requested and all(child.poll() is None for child in children.values()):
+        time.sleep(0.2)
+    died = [name for name, child in children.items() if child.poll() is not None]
+    stop(children)
+    if died and not stop_requested:
+        print(f"make run: the {' and the '.join(died)} stopped; see its output above and {args.worker_log}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def start(args: argparse.Namespace) -> dict[str, subprocess.Popen]:
+    args.worker_log.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.worker_log, "ab") as log:
+        # Searches run at a lower CPU priority than page requests, so the pages stay quick while one runs.
+        worker = subprocess.Popen(
+            ["nice", "-n", "10", str(BIN / "celery"), "-A", "webui", "worker", "--concurrency", "1",
+             "--loglevel", "info", "--without-mingle", "--without-gossip", "--without-heartbeat"],
+            stdout=log, stderr=subprocess.STDOUT, process_group=0)
+    web = subprocess.Popen(
+        [str(BIN / "gunicorn"), "webui.wsgi", "--bind", f"{args.host}:{args.port}", "--workers", str(args.workers),
+         "--graceful-timeout", "3", "--access-logfile", "-"], process_group=0)
+    return {"web server": web, "worker": worker}
+
+
+def stop(children: dict[str, subprocess.Popen]) -> None:
+    """gunicorn: graceful stop; the worker: cold shutdown; both killed outright at the deadline."""
+    for name, child in children.items():
+        if child.poll() is None:
+            child.send_signal(signal.SIGQUIT if name == "worker" else signal.SIGTERM)
+    deadline = time.monotonic() + STOP_WITHIN_S
+    for child in children.values():
+        try:
+            child.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for child in children.values():
+        try:
+            os.killpg(child.pid, signal.SIGKILL)  # the child, and anything it left behind (pool processes)
+        except ProcessLookupError:
+            pass
+        child.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
