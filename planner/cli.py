@@ -20,9 +20,23 @@ from .validation import DEFAULT_CONFIGS, DEFAULT_RUNS, SEARCH_MAX_LAYOUTS, print
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 1
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a command the closed pipe stopped
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        status = _run(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader stopped early (`| head`): end quietly, as `yes | head` does. Python's own flush at exit
+        # would meet the closed pipe again, so standard output now points at /dev/null (Python docs, "Note on
+        # SIGPIPE" in the signal module).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    return status
+
+
+def _run(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m planner", description="Plan the layout of a training job.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan", help="search the layouts of a plan spec and print the answer")
@@ -71,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         for err in exc.errors:
             print(f"  {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        raise  # not an internal error: `main` ends quietly
     except Exception as exc:  # noqa: BLE001 - the CLI promises no tracebacks; PLANNER_DEBUG=1 shows them
         if os.environ.get("PLANNER_DEBUG"):
             raise

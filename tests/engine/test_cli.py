@@ -167,3 +167,32 @@ def test_validate_input_errors_name_the_argument(tmp_path):
         out = run("validate", *args)
         assert out.returncode == 2 and message in out.stderr, (args, out.stderr)
         assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    # `python -m planner plan SPEC --format table | head -n 1`, with a real pipe: head exits after one line
+    # while the command still has most of its table to write.
+    spec = EXAMPLES / "gpt3-175b-a100-1024.json"
+    out = subprocess.run(["bash", "-c", 'set -o pipefail; "$0" -m planner plan "$1" --format table --top 1000 | '
+                          "head -n 1", sys.executable, str(spec)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.startswith("GPT-3 175B: ") and out.stdout.count("\n") == 1
+    assert out.stderr == ""  # no BrokenPipeError, no traceback
+    assert out.returncode == 141  # as `yes | head` ends under pipefail: stopped by the closed pipe
+
+
+@pytest.mark.parametrize("args", [("validate",), ("catalog",)])
+def test_every_command_ends_quietly_on_a_closed_pipe(args):
+    proc = subprocess.Popen([sys.executable, "-m", "planner", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()
+    stderr = proc.communicate(timeout=120)[1].decode()
+    assert stderr == "" and proc.returncode == 141
+
+
+def test_a_pipe_closed_before_anything_is_written_ends_quietly_too():
+    proc = subprocess.Popen([sys.executable, "-m", "planner", "plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"),
+                             "--format", "json"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the search ends
+    stderr = proc.communicate(timeout=120)[1].decode()
+    assert stderr == "" and proc.returncode == 141
