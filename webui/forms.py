@@ -15,7 +15,7 @@ from django import forms
 
 from planner import PlanSpec, SpecError
 from planner.catalog import Catalog
-from planner.spec import MAX_GPUS, SECTIONS, Field
+from planner.spec import MAX_GPUS, REQUIRED, SECTIONS, Field
 
 from . import services
 
@@ -51,10 +51,12 @@ LABELS = {
 FALLBACK_HELP = {"name": "Free text, shown on the plan page.",
                  "topology": "How the switches connect the nodes: fat tree, rail-optimized, dragonfly or torus."}
 
-DEFAULTS = {
+# The example a new form starts from, for what the engine leaves to the user: the catalog rows to use and the
+# required numbers. Every other field starts at the engine's own default (`engine_initial`), so an untouched
+# form asks for what the same request sent to the API or the CLI asks for.
+EXAMPLE = {
     "model_preset": "Llama 3 70B", "num_gpus": 512, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
-    "fabric": "NDR InfiniBand fat tree", "training__global_batch": 512, "training__precision": "bf16",
-    "training__tokens": "15e12",
+    "fabric": "NDR InfiniBand fat tree", "training__global_batch": 512,
 }
 
 
@@ -63,9 +65,22 @@ def field_label(f: Field) -> str:
     return f"{label} ({f.unit})" if f.unit else label
 
 
+def engine_default(f: Field) -> Any:
+    """The engine's default for a field as the form shows it: None (left empty) where it has none."""
+    return None if f.default is REQUIRED else f.default
+
+
+def engine_initial() -> dict[str, Any]:
+    """{form field name: the engine's default} for every field of every section the form shows."""
+    return {f"{prefix}__{f.name}": _as_choice(engine_default(f)) if section == "layout" else engine_default(f)
+            for section, prefix in PREFIX.items() for f in SECTIONS[section]}
+
+
 def _form_field(f: Field, *, searchable: bool) -> forms.Field:
-    """A form field for one engine field. `searchable` (layout pins) adds a blank "search" choice."""
-    common = {"label": field_label(f), "help_text": f.help or FALLBACK_HELP.get(f.name, ""), "required": False}
+    """A form field for one engine field, starting at the engine's default. `searchable` (layout pins) adds a
+    blank "search" choice."""
+    common = {"label": field_label(f), "help_text": f.help or FALLBACK_HELP.get(f.name, ""), "required": False,
+              "initial": _as_choice(engine_default(f)) if searchable else engine_default(f)}
     if f.choices or (f.kind is bool and searchable):
         options = [(c, c) for c in f.choices] if f.choices else [("true", "yes"), ("false", "no")]
         blank = [("", "search")] if searchable else []
@@ -191,13 +206,14 @@ class PlanForm(forms.Form):
 
 
 def initial_for(catalog: Catalog, spec: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Initial form values: the defaults (Llama 3 70B on 512 H100s), or a saved plan's spec to edit a copy.
+    """Initial form values: the example (Llama 3 70B on 512 H100s) over the engine's defaults, or a saved plan's
+    spec to edit a copy.
 
     Every field below a catalog dropdown starts with that row's values, so "custom" starts from them.
     """
     if spec is None:
-        choices = {k: v for k, v in DEFAULTS.items() if k in HARDWARE + ("model_preset",)}
-        initial = {k: v for k, v in DEFAULTS.items() if k not in choices}
+        choices = {k: v for k, v in EXAMPLE.items() if k in HARDWARE + ("model_preset",)}
+        initial = engine_initial() | {k: v for k, v in EXAMPLE.items() if k not in choices}
         sections = {"model": catalog["model"].get(choices["model_preset"])}
         sections.update({hw: catalog[hw].get(choices[hw]) for hw in HARDWARE})
     else:

@@ -1,12 +1,15 @@
 """The plan form: built from the engine's field tables, validated by the engine, messages next to fields."""
 from __future__ import annotations
 
+from html.parser import HTMLParser
 from typing import Any
 
 import pytest
 
+from planner.spec import REQUIRED, SECTIONS
 from webui import services
-from webui.forms import CUSTOM, PlanForm, initial_for
+from webui.forms import CUSTOM, EXAMPLE, PREFIX, PlanForm, initial_for
+from webui.models import Plan
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +34,7 @@ def test_the_defaults_are_llama3_70b_on_512_h100s(catalog):
     assert (spec.model.name, spec.model.layers, spec.cluster.num_gpus) == ("Llama 3 70B", 80, 512)
     assert (spec.cluster.gpu.name, spec.cluster.node.name) == ("H100 SXM5 80GB", "DGX H100")
     assert spec.cluster.fabric.name == "NDR InfiniBand fat tree"
-    assert spec.training.tokens == 15e12
+    assert spec.training.tokens is None  # the engine's default: no time to train unless asked
     assert spec.layout.pinned() == {}
 
 
@@ -118,3 +121,86 @@ def test_a_saved_spec_fills_the_form_again(catalog):
     again = PlanForm(post_data(catalog, **initial), catalog=catalog)
     assert again.is_valid(), again.errors
     assert again.spec.to_dict() == form.spec.to_dict()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One source of defaults: the engine's field tables (planner/spec.py)
+
+
+class BrowserForm(HTMLParser):
+    """What a browser without JavaScript submits for a page's form left untouched: text and number inputs with
+    their values, checked checkboxes as "on", each select's selected option (else its first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data: dict[str, str] = {}
+        self.select: str | None = None
+        self.first_option: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        name = a.get("name")
+        if tag == "input" and name:
+            if a.get("type") != "checkbox":
+                self.data[name] = a.get("value") or ""
+            elif "checked" in a:
+                self.data[name] = a.get("value") or "on"
+        elif tag == "select":
+            self.select, self.first_option = name, None
+        elif tag == "option" and self.select:
+            if self.first_option is None:
+                self.first_option = a.get("value") or ""
+            if "selected" in a:
+                self.data[self.select] = a.get("value") or ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "select" and self.select:
+            self.data.setdefault(self.select, self.first_option or "")
+            self.select = None
+
+
+def untouched_form(client) -> dict[str, str]:
+    page = BrowserForm()
+    page.feed(client.get("/").content.decode())
+    return page.data
+
+
+def test_every_form_field_starts_at_the_engines_default(catalog):
+    form = PlanForm(catalog=catalog)
+    for section, prefix in PREFIX.items():
+        for f in SECTIONS[section]:
+            default = None if f.default is REQUIRED else f.default
+            assert form.fields[f"{prefix}__{f.name}"].initial == default, f"{section}.{f.name}"
+    assert form.fields["training__overlap_grad_reduce"].initial is True  # the field #7 found at false
+
+
+def test_an_untouched_form_asks_for_exactly_the_engines_defaults(client, catalog):
+    data = untouched_form(client)
+    assert data["training__overlap_grad_reduce"] == "on"  # checked, as the engine defaults it
+    response = client.post("/", data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    spec = Plan.objects.get().spec
+    for f in SECTIONS["training"]:
+        expected = EXAMPLE["training__global_batch"] if f.default is REQUIRED else f.default
+        assert spec["training"][f.name] == expected, f"training.{f.name}"
+    assert spec["layout"] == {f.name: f.default for f in SECTIONS["layout"]}  # every pin left to the search
+    # The catalog rows the example names, each as the engine reads it (its own defaults for what a row omits).
+    api = services.spec_parse(data={"model": catalog["model"][EXAMPLE["model_preset"]],
+                                    "training": {"global_batch": EXAMPLE["training__global_batch"]},
+                                    "cluster": {k: EXAMPLE[k] for k in ("num_gpus", "gpu", "node", "fabric")}})
+    assert spec == api.to_dict()
+
+
+@pytest.mark.parametrize("preset", ["GPT-3 175B", "Mixtral 8x7B", "DeepSeek-V3 671B (MLA approximated as MHA)"])
+def test_a_preset_with_the_forms_defaults_is_the_same_request_as_through_the_api(client, catalog, preset):
+    data = untouched_form(client) | {"model_preset": preset, "num_gpus": "2048", "training__global_batch": "1024",
+                                      "gpu": "H800 SXM5 80GB", "node": "HGX H800"}
+    assert client.post("/", data).status_code == 302
+    from_form = Plan.objects.get()
+    document = {"model": catalog["model"][preset], "training": {"global_batch": 1024},
+                "cluster": {"num_gpus": 2048, "gpu": "H800 SXM5 80GB", "node": "HGX H800",
+                            "fabric": EXAMPLE["fabric"]}}
+    response = client.post("/api/plans", document, content_type="application/json")
+    assert response.status_code == 201, response.json()
+    from_api = Plan.objects.get(code=response.json()["code"])
+    assert from_api.spec == from_form.spec and from_api.spec_hash == from_form.spec_hash  # the same plan
