@@ -59,8 +59,8 @@ def plan_give_back(*, plan_id: int, holder: str | None, send: bool, reason: str)
 # Database hiccups (a locked SQLite file, a dropped PostgreSQL connection) are worth retrying: the service gives
 # the plan back first. The engine's own failures are not (the same spec fails the same way): the service
 # records them on the plan. Time limits come with each message, sized from the plan's spec.
-@shared_task(bind=True, name=delivery.PLAN_RUN_TASK, Request=PlanRequest, autoretry_for=(OperationalError, InterfaceError),
-             retry_backoff=True, retry_backoff_max=60, max_retries=5)
+@shared_task(bind=True, name=delivery.PLAN_RUN_TASK, Request=PlanRequest,
+             autoretry_for=(OperationalError, InterfaceError), retry_backoff=True, retry_backoff_max=60, max_retries=5)
 def plan_run_task(self: Task, plan_id: int) -> None:
     holder = delivery.lease_holder(hostname=self.request.hostname, pid=os.getpid(), task_id=self.request.id)
     services.plan_run(plan_id=plan_id, holder=holder)

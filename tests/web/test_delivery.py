@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import resource
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
@@ -70,7 +71,8 @@ def test_a_plan_is_sent_with_its_own_soft_and_hard_limits(seeded, small_spec, se
     with django_capture_on_commit_callbacks(execute=True):
         plan = services.plan_create(spec=services.spec_parse(data=small_spec))
     assert plan.time_limit_s == delivery.plan_time_limit(spec=services.spec_parse(data=small_spec))
-    assert sent == [{"plan_id": plan.pk, "task": "webui.plan_run", "soft_time_limit": plan.time_limit_s, "time_limit": plan.time_limit_s + 10}]
+    assert sent == [{"plan_id": plan.pk, "task": "webui.plan_run", "soft_time_limit": plan.time_limit_s,
+                     "time_limit": plan.time_limit_s + 10}]
     plan.refresh_from_db()
     assert plan.dispatched_at is not None and not plan.is_waiting_for_broker
 
@@ -306,3 +308,19 @@ def test_the_spec_hash_covers_the_engine_version(seeded, small_spec, monkeypatch
     before = services.spec_hash(spec)
     monkeypatch.setattr(services, "ENGINE_VERSION", "999")
     assert services.spec_hash(copy.deepcopy(spec)) != before
+
+
+def test_delivery_imports_neither_the_tasks_nor_the_services():
+    # services -> delivery is the one direction: delivery sends the task by name (PLAN_RUN_TASK).
+    import ast
+
+    tree = ast.parse(Path(delivery.__file__).read_text())
+    nodes = list(ast.walk(tree))  # function-level imports too
+    imported = {alias.name for node in nodes if isinstance(node, ast.Import) for alias in node.names}
+    for node in (n for n in nodes if isinstance(n, ast.ImportFrom)):
+        module = "." * node.level + (node.module or "")
+        imported |= {module} | {f"{module}.{alias.name}" for alias in node.names}
+    assert not {name for name in imported if name.endswith(("tasks", "services"))}, imported
+    from webui.tasks import plan_run_task
+
+    assert plan_run_task.name == delivery.PLAN_RUN_TASK
