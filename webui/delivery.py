@@ -161,9 +161,8 @@ def plan_lost(*, plan_id: int, holder: str | None, send: bool = True) -> str:
     requeued = held.update(status=Plan.Status.QUEUED, lease_token=None, lease_expires_at=None,
                            dispatched_at=None if send else now)
     plan = Plan.objects.filter(pk=plan_id, status=Plan.Status.QUEUED).only("dispatched_at", "time_limit_s").first()
-    if not send or plan is None or not plan_dispatch(plan=plan):
-        return "requeued" if requeued else ""
-    return "requeued" if requeued else "sent"
+    sent = send and plan is not None and plan_dispatch(plan=plan)
+    return "requeued" if requeued else ("sent" if sent else "")
 
 
 def plans_recover(*, limit: int = 500) -> dict[str, int]:
