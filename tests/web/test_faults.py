@@ -6,6 +6,7 @@ search back.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import signal
@@ -244,10 +245,12 @@ def test_make_run_stops_the_web_server_and_the_worker_within_10_s_mid_search(see
         assert wait_until(lambda: not make.alive() and not any(map(running, processes)), 10), \
             f"{make.output()}\n{log.read_text()[-3000:]}"
         elapsed = time.monotonic() - stopped_at
-    finally:
+    finally:  # whatever happened, leave nothing running: serve's children have process groups of their own
+        leftovers = descendants(make.proc.pid)
         make.kill()
-        for pid in descendants(make.proc.pid):
-            os.kill(pid, signal.SIGKILL)
+        for pid in leftovers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     assert not web.answers()
     # The search cut off is not lost: the worker gave its plan back, and the next worker to start searches it.
     plan.refresh_from_db()
