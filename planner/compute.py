@@ -24,13 +24,13 @@ TILES = ((128, 128), (128, 256), (256, 128))  # output tiles cuBLAS chooses amon
 def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bool = False) -> np.ndarray:
     """Seconds for one (m x k) @ (k x n) GEMM.
 
-    Roofline: max(compute, memory) + fixed kernel cost. Compute runs at peak x GEMM_EFFICIENCY x tile
+    Roofline: max(compute, memory) + fixed kernel cost. Compute runs at achievable_gemm_flops x tile
     utilisation x K / (K + K_HALF); tile utilisation counts padding of partial tiles and the last partial wave
     over the SMs (NVIDIA, "Matrix Multiplication Background User's Guide": tile and wave quantization), taking
     the best of the usual tile shapes. Memory moves both inputs once (1-byte FP8 or 2-byte) and a 2-byte output.
     """
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
-    peak = (gpu.fp8_peak_tflops * C.FP8_GEMM_RELATIVE_EFFICIENCY if fp8 else gpu.peak_tflops) * 1e12
+    peak = achievable_gemm_flops(gpu, fp8)
     sms = gpu.sm_count
     util = np.zeros(np.broadcast(m, n, k).shape)
     for tm, tn in TILES:
@@ -38,15 +38,28 @@ def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bo
         waves = np.ceil(tiles / sms)
         util = np.maximum(util, (m * n) / (waves * sms * tm * tn))
     k_eff = k / (k + C.GEMM_K_HALF)
-    t_compute = 2.0 * m * n * k / (peak * C.GEMM_EFFICIENCY * util * k_eff)
+    t_compute = 2.0 * m * n * k / (peak * util * k_eff)
     in_bytes = 1.0 if fp8 else 2.0
     t_memory = ((m * k + k * n) * in_bytes + 2.0 * m * n) / hbm_bytes_per_s(gpu)
-    return np.maximum(t_compute, t_memory) + C.KERNEL_OVERHEAD_S
+    return np.maximum(t_compute, t_memory) + kernel_s(gpu)
+
+
+def achievable_gemm_flops(gpu: GPUSpec, fp8: bool = False) -> float:
+    """FLOP/s a large, well-shaped GEMM sustains in training: spec-sheet peak x the GPU's measured achievable
+    fraction (catalog gemm_efficiency / fp8_gemm_efficiency, cuBLAS MAMF) x the clock it sustains under its
+    power cap (catalog sustained_clock)."""
+    peak = gpu.fp8_peak_tflops * gpu.fp8_gemm_efficiency if fp8 else gpu.peak_tflops * gpu.gemm_efficiency
+    return peak * gpu.sustained_clock * 1e12
+
+
+def kernel_s(gpu: GPUSpec) -> float:
+    """Fixed cost of one kernel launch, seconds (catalog kernel_overhead_us)."""
+    return gpu.kernel_overhead_us * 1e-6
 
 
 def hbm_bytes_per_s(gpu: GPUSpec) -> float:
-    """Achievable HBM bandwidth, bytes/s (GB/s x 1e9 x streaming efficiency)."""
-    return gpu.memory_gbytes_per_s * 1e9 * C.HBM_EFFICIENCY
+    """Achievable HBM bandwidth, bytes/s (GB/s x 1e9 x the GPU's streaming efficiency)."""
+    return gpu.memory_gbytes_per_s * 1e9 * gpu.hbm_efficiency
 
 
 def gemm_fwd_bwd(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bool
@@ -99,7 +112,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
         mlp_f = (dense_n * dense_f + moe_n * moe_f) / m.layers
         mlp_b = (dense_n * dense_b + moe_n * moe_b) / m.layers
     mem_f = elementwise_bytes(m, training, shard) * t / hbm_bytes_per_s(gpu)
-    launches = C.KERNELS_PER_LAYER_FORWARD * C.KERNEL_OVERHEAD_S
+    launches = C.KERNELS_PER_LAYER_FORWARD * kernel_s(gpu)
     fwd = qkv[0] + proj[0] + attn_f + mlp_f + mem_f + launches
     bwd = qkv[1] + proj[1] + attn_b + mlp_b + C.ELEMENTWISE_BACKWARD_FACTOR * mem_f + 2.0 * launches
     logits_f, logits_b = gemm_fwd_bwd(t, m.vocab / tp, h, gpu, fp8)
@@ -149,7 +162,7 @@ def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: S
     if training.attention == "flash":
         # 4 s h FLOPs per query token over the square (model.flops_per_token), half of it under the causal mask.
         flops = 4.0 * t * m.seq_len * (m.hidden / shard.tp) * C.CAUSAL_FRACTION
-        fwd = flops / (gpu.peak_tflops * 1e12 * C.FLASH_ATTENTION_EFFICIENCY) + C.KERNEL_OVERHEAD_S
+        fwd = flops / (gpu.peak_tflops * 1e12 * gpu.sustained_clock * C.FLASH_ATTENTION_EFFICIENCY) + kernel_s(gpu)
         return fwd, C.FLASH_BACKWARD_FACTOR * fwd
     # Unfused (Megatron 2020-21): batched GEMMs QK^T (s_q x s, K = head_dim) and PV (s_q x head_dim, K = s)
     # over micro_batch x heads/tp, plus fused scale-mask-softmax and dropout streaming the s x s scores.
@@ -157,7 +170,7 @@ def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: S
     rows = t * heads
     scores = gemm_fwd_bwd(rows, m.seq_len, d, gpu, False)
     values = gemm_fwd_bwd(rows, d, m.seq_len, gpu, False)
-    fwd_bytes, bwd_bytes = C.SOFTMAX_DROPOUT_BYTES if is_gpt_style(m) else C.SOFTMAX_BYTES
+    fwd_bytes, bwd_bytes = C.SOFTMAX_DROPOUT_BYTES if m.dropout else C.SOFTMAX_BYTES
     elements = rows * m.seq_len
     soft_f, soft_b = (elements * b / hbm_bytes_per_s(gpu) for b in (fwd_bytes, bwd_bytes))
     return scores[0] + values[0] + soft_f, scores[1] + values[1] + soft_b
@@ -173,7 +186,7 @@ def elementwise_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> np.
     """
     h, tp = m.hidden, shard.tp
     gpt = is_gpt_style(m)
-    h_elems = (2 + 2 + 2 * (3.5 if gpt else 3.0)) * h
+    h_elems = (2 + 2 + 2 * (3.5 if m.dropout else 3.0)) * h
     h_elems = np.where(shard.sp, h_elems / tp, h_elems)
     f = mlp_width_per_token(m)
     split_elems = (2.0 if gpt else 3.0) * f / tp

@@ -8,14 +8,8 @@ efficiencies live in `collectives.py` beside the collective model that uses them
 from __future__ import annotations
 
 # --- Matrix multiplies -----------------------------------------------------------------------------------
-# Sustained fraction of the dense tensor-core peak that a large, well-shaped BF16/FP16 GEMM reaches.
-# FITTED (bench/calibrate.py). For scale: cuBLAS reaches ~0.80-0.85 of peak on 8192^3 on A100 and H100/H200
-# (device notes: H200 ~790 of 989 TFLOP/s); a training step's GEMMs run a little below that.
-GEMM_EFFICIENCY = 0.80
-# FP8 GEMMs reach a lower fraction of their (2x) peak than BF16 GEMMs of theirs: cuBLASLt/Transformer Engine
-# FP8 on H100 sustains ~1,300-1,400 of 1,979 TFLOP/s against ~750-800 of 989 for BF16 (NVIDIA TE
-# benchmarks), a ratio of ~0.85.
-FP8_GEMM_RELATIVE_EFFICIENCY = 0.85
+# Achievable GEMM throughput, HBM efficiency, sustained clock and kernel overhead are per-GPU catalog data
+# (fixtures/gpus.json, each row with its source; spec fields cluster.gpu.gemm_efficiency etc.).
 # A GEMM tile pays a fixed prologue/epilogue; efficiency falls as K / (K + K_HALF) for a short reduction
 # dimension (CUTLASS main-loop pipelining; a tile must stream ~2-4 K-slices of 32-64 before it is busy).
 # FITTED within [32, 256] elements.
@@ -35,10 +29,6 @@ FLASH_BACKWARD_FACTOR = 2.5
 CAUSAL_FRACTION = 0.5
 
 # --- Memory-bound work ----------------------------------------------------------------------------------
-# Fraction of the HBM bandwidth that streaming element-wise kernels (norms, activations, dropout, softmax,
-# optimizer) reach. STREAM-like kernels reach ~0.85-0.92 of HBM peak on A100/H100 (NVIDIA, "CUDA C++ Best
-# Practices", effective bandwidth; babelstream). FITTED within [0.6, 0.92].
-HBM_EFFICIENCY = 0.85
 # HBM traffic of the element-wise kernels' backward relative to their forward, counted per element:
 # LayerNorm 8h vs 4h bytes (reads dy and x, writes dx, adds the residual gradient), bias-dropout-add 5h vs 7h,
 # GeLU 6f vs 4f (SwiGLU 10f vs 6f): 50h+6f vs 38h+4f for a GPT layer, ~1.3-1.4 overall.
@@ -48,9 +38,6 @@ ELEMENTWISE_BACKWARD_FACTOR = 1.35
 # dropout reads dy and the mask, writes dx).
 SOFTMAX_DROPOUT_BYTES = (9.0, 11.0)
 SOFTMAX_BYTES = (4.0, 6.0)  # without dropout
-# Fixed cost of one kernel (launch, ramp-up and tail), seconds. CUDA launch latency is ~3-5 us, a kernel's
-# tail another 1-3 us (NVIDIA Nsight traces of Megatron layers). FITTED within [2, 10] us.
-KERNEL_OVERHEAD_S = 4e-6
 # Kernels per transformer layer in the forward pass (Megatron fused kernels: norm, QKV, rotary or none,
 # attention 1-3, projection, bias-dropout-add, norm, MLP up, activation, MLP down, bias-dropout-add).
 KERNELS_PER_LAYER_FORWARD = 12

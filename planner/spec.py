@@ -60,6 +60,9 @@ MODEL_FIELDS = (
     Field("shared_experts", int, 0, lo=0, hi=64, help="Always-active shared experts per MoE layer (DeepSeek)."),
     Field("dense_layers", int, 0, lo=0, hi=2048, help="Leading layers with a dense MLP in an MoE model."),
     Field("tied_embeddings", bool, False, help="Input and output embeddings share one matrix."),
+    Field("dropout", bool, None,
+          help="Dropout after attention and MLP (keeps 1-byte masks, streams more bytes). Default: on for a "
+               "non-gated (GPT-style) MLP, as Megatron GPT; off for Llama-style models (MPT sets 0 too)."),
 )
 
 TRAINING_FIELDS = (
@@ -85,6 +88,20 @@ GPU_FIELDS = (
           help="Dense FP8 tensor-core peak; empty = 2 x peak_tflops (Hopper and later), 0 = no FP8."),
     Field("sm_count", int, 132, lo=1, hi=10_000,
           help="Streaming multiprocessors, for GEMM wave quantization (A100 108, H100 132, B200 148)."),
+    # Achievable-throughput constants: catalog data per GPU type, each with its source in fixtures/gpus.json;
+    # the defaults below are for a custom GPU nobody has measured (the middle of the measured GPUs).
+    Field("gemm_efficiency", float, 0.80, lo=0.05, hi=1.0,
+          help="Fraction of the dense BF16 peak a large, well-shaped GEMM reaches (cuBLAS maximum achievable "
+               "matmul FLOPS: A100 0.87, H100 0.80, B200 0.78)."),
+    Field("fp8_gemm_efficiency", float, 0.72, lo=0.05, hi=1.0,
+          help="Fraction of the dense FP8 peak a large FP8 GEMM reaches (H100 0.71, B200 0.76)."),
+    Field("sustained_clock", float, 1.0, lo=0.3, hi=1.0,
+          help="Tensor-core clock sustained under the power cap in training, as a fraction of the clock the peak "
+               "is quoted at (1 = no throttling; a 500 W-capped H100 runs lower)."),
+    Field("hbm_efficiency", float, 0.85, lo=0.3, hi=1.0,
+          help="Fraction of the HBM bandwidth that streaming (element-wise) kernels reach."),
+    Field("kernel_overhead_us", float, 4.0, lo=0.0, hi=1000.0, unit="µs",
+          help="Fixed cost of one kernel: launch, ramp-up and tail."),
 )
 
 NODE_FIELDS = (
@@ -165,6 +182,7 @@ class ModelSpec:
     shared_experts: int
     dense_layers: int
     tied_embeddings: bool
+    dropout: bool = True
 
     @property
     def is_moe(self) -> bool:
@@ -196,6 +214,11 @@ class GPUSpec:
     memory_gbytes_per_s: float
     fp8_tflops: float | None
     sm_count: int
+    gemm_efficiency: float = 0.80
+    fp8_gemm_efficiency: float = 0.72
+    sustained_clock: float = 1.0
+    hbm_efficiency: float = 0.85
+    kernel_overhead_us: float = 4.0
 
     @property
     def fp8_peak_tflops(self) -> float:
@@ -454,6 +477,7 @@ def _fill_model_defaults(m: dict[str, Any]) -> None:
     m["kv_heads"] = m["kv_heads"] or m["heads"]
     m["ffn_hidden"] = m["ffn_hidden"] or 4 * m["hidden"]
     m["expert_ffn_hidden"] = m["expert_ffn_hidden"] or m["ffn_hidden"]
+    m["dropout"] = not m["gated_mlp"] if m["dropout"] is None else m["dropout"]
 
 
 def _check_model(m: dict[str, Any], errs: _Collector) -> None:

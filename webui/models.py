@@ -100,6 +100,13 @@ class GPUType(CatalogRow):
         verbose_name="price per GPU-hour (USD)",
         help_text="Optional: what one GPU-hour costs you, for sweeps' cost and budget. Say where it comes from "
                   "(and when) in the source notes. Empty: sweeps rank by GPU-hours.")
+    # Achievable-throughput constants (planner/spec.py GPU_FIELDS has their bounds and help); `source` says
+    # where each row's values come from.
+    gemm_efficiency = models.FloatField(default=0.80)
+    fp8_gemm_efficiency = models.FloatField(default=0.72)
+    sustained_clock = models.FloatField(default=1.0)
+    hbm_efficiency = models.FloatField(default=0.85)
+    kernel_overhead_us = models.FloatField(default=4.0)
 
     class Meta(CatalogRow.Meta):
         verbose_name = "GPU type"
