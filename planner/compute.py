@@ -162,7 +162,7 @@ def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: S
     if training.attention == "flash":
         # 4 s h FLOPs per query token over the square (model.flops_per_token), half of it under the causal mask.
         flops = 4.0 * t * m.seq_len * (m.hidden / shard.tp) * C.CAUSAL_FRACTION
-        fwd = flops / (gpu.peak_tflops * 1e12 * gpu.sustained_clock * C.FLASH_ATTENTION_EFFICIENCY) + kernel_s(gpu)
+        fwd = flops / (gpu.peak_tflops * 1e12 * gpu.sustained_clock * gpu.attention_efficiency) + kernel_s(gpu)
         return fwd, C.FLASH_BACKWARD_FACTOR * fwd
     # Unfused (Megatron 2020-21): batched GEMMs QK^T (s_q x s, K = head_dim) and PV (s_q x head_dim, K = s)
     # over micro_batch x heads/tp, plus fused scale-mask-softmax and dropout streaming the s x s scores.

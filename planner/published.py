@@ -177,8 +177,10 @@ def _model_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None) -> dic
 def _layout_doc(row: dict[str, Any]) -> dict[str, Any]:
     layout = {k: row.get(k) if row.get(k) is not None else _derived(row, f"derived_{k}")
               for k in ("tp", "pp", "dp", "cp", "ep", "micro_batch")}
-    vp = row.get("vp") or _derived(row, "derived_vp") or _derived(row, "derived_chunks_per_stage")
-    layout["vpp"] = _first_int(vp)
+    interleaved = "interleaved" in (row.get("pipeline_schedule") or "").lower()
+    vp = row.get("vp") or _derived(row, "derived_vp") or (interleaved and _derived(row, "derived_chunks_per_stage"))
+    schedule = (row.get("pipeline_schedule") or "").lower()
+    layout["vpp"] = _first_int(vp) or (1 if "1f1b" in schedule and not interleaved else None)
     layout["recompute"] = _recompute(row)
     layout["sequence_parallel"] = bool(row.get("sequence_parallel")) and (layout["tp"] or 1) > 1
     if layout["ep"] and layout["dp"] and layout["dp"] % layout["ep"]:
@@ -209,13 +211,21 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
             node[field] = row[key]
     if row["gpus"] < node["gpus"]:
         node["gpus"] = node["nvlink_domain_gpus"] = row["gpus"]  # part of one node (Zero Bubble's 8-GPU rows)
+    if node["nvlink_domain_gpus"] == 72 and row["gpus"] % 72 and row["gpus"] % 64 == 0:
+        node["nvlink_domain_gpus"] = 64  # NVL72 racks run jobs of 64 GPUs (16 of 18 trays, 2 spares)
     fabric = FABRIC_BY_PORT.get(int(node["nic_gbits_per_s"]), "NDR InfiniBand fat tree")
     attention = "unfused" if any(g in gpu for g in PRE_FLASH_GPUS) and _pre_flash(row) else "flash"
     return {"model": _model_doc(row, catalog, gated),
             "training": {"global_batch": _global_batch(row), "precision": _precision(row, gpu),
-                         "attention": attention},
+                         "attention": attention, "tp_comm_overlap": _tp_overlap(row)},
             "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},
             "layout": _layout_doc(row)}
+
+
+def _tp_overlap(row: dict[str, Any]) -> bool:
+    """TP communication overlap when the row names it: torchtitan async TP, Megatron --tp-comm-overlap."""
+    text = " ".join(str(row.get(k) or "") for k in ("id", "precision", "notes", "model")).lower()
+    return any(word in text for word in ("asynctp", "async tp", "async-tp", "tp-comm-overlap", "tp_comm_overlap"))
 
 
 def _pre_flash(row: dict[str, Any]) -> bool:

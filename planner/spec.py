@@ -74,6 +74,9 @@ TRAINING_FIELDS = (
     Field("overlap_grad_reduce", bool, True,
           help="Overlap the data-parallel gradient reduction with the backward pass (PyTorch DDP, Megatron "
                "--overlap-grad-reduce); off = reduce after the backward pass."),
+    Field("tp_comm_overlap", bool, False,
+          help="Overlap tensor-parallel collectives with the GEMMs they feed (Megatron --tp-comm-overlap, "
+               "torchtitan async TP); off = synchronous, the Megatron default."),
     Field("attention", str, "flash", choices=ATTENTION_KERNELS,
           help="Attention kernel: flash (fused, causal, no s x s matrix in memory) or unfused "
                "(Megatron before FlashAttention, 2022)."),
@@ -102,6 +105,9 @@ GPU_FIELDS = (
           help="Fraction of the HBM bandwidth that streaming (element-wise) kernels reach."),
     Field("kernel_overhead_us", float, 4.0, lo=0.0, hi=1000.0, unit="µs",
           help="Fixed cost of one kernel: launch, ramp-up and tail."),
+    Field("attention_efficiency", float, 0.55, lo=0.05, hi=1.0,
+          help="Fraction of the BF16 peak causal flash attention reaches, forward and backward (FlashAttention-2 "
+               "on A100 0.55; on H100 0.40)."),
 )
 
 NODE_FIELDS = (
@@ -204,6 +210,7 @@ class TrainingSpec:
     tokens: float | None
     overlap_grad_reduce: bool
     attention: str
+    tp_comm_overlap: bool = False
 
 
 @dataclass(frozen=True)
@@ -219,6 +226,7 @@ class GPUSpec:
     sustained_clock: float = 1.0
     hbm_efficiency: float = 0.85
     kernel_overhead_us: float = 4.0
+    attention_efficiency: float = 0.55
 
     @property
     def fp8_peak_tflops(self) -> float:

@@ -107,6 +107,7 @@ class GPUType(CatalogRow):
     sustained_clock = models.FloatField(default=1.0)
     hbm_efficiency = models.FloatField(default=0.85)
     kernel_overhead_us = models.FloatField(default=4.0)
+    attention_efficiency = models.FloatField(default=0.55)
 
     class Meta(CatalogRow.Meta):
         verbose_name = "GPU type"
