@@ -91,9 +91,10 @@ class LayerTimes:
 
     fwd: np.ndarray          # one transformer layer (average over dense and MoE layers), forward
     bwd: np.ndarray          # its backward
-    attention_fwd: np.ndarray  # the attention core's forward (what selective recomputation repeats)
+    attention_fwd: np.ndarray  # the attention core's forward
     logits_fwd: np.ndarray   # output projection + loss, on the last stage
     logits_bwd: np.ndarray
+    selective_fwd: np.ndarray  # what selective recomputation repeats in the backward pass
 
 
 def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard) -> LayerTimes:
@@ -112,16 +113,23 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
         mlp_f = (dense_n * dense_f + moe_n * moe_f) / m.layers
         mlp_b = (dense_n * dense_b + moe_n * moe_b) / m.layers
     mem_f = elementwise_bytes(m, training, shard) * t / hbm_bytes_per_s(gpu)
-    launches = C.KERNELS_PER_LAYER_FORWARD * kernel_s(gpu)
-    fwd = qkv[0] + proj[0] + attn_f + mlp_f + mem_f + launches
+    if fp8:
+        mem_f = mem_f + fp8_weight_cast_bytes(m, shard) / hbm_bytes_per_s(gpu)
+    eager = training.elementwise == "eager"
+    launches = (C.KERNELS_PER_LAYER_EAGER if eager else C.KERNELS_PER_LAYER_FORWARD) * kernel_s(gpu)
+    gemm_f = qkv[0] + proj[0] + mlp_f
+    fwd = gemm_f + attn_f + mem_f + launches
     bwd = qkv[1] + proj[1] + attn_b + mlp_b + C.ELEMENTWISE_BACKWARD_FACTOR * mem_f + 2.0 * launches
+    # Selective recomputation repeats the attention core when attention is unfused (Korthikanti et al. 2022);
+    # with flash attention it repeats the element-wise ops and every other GEMM (memory._selective_flash).
+    selective = attn_f if training.attention == "unfused" else 0.5 * gemm_f + mem_f + launches
     logits_f, logits_b = gemm_fwd_bwd(t, m.vocab / tp, h, gpu, fp8)
     # Vocab-parallel cross-entropy in fp32 (Megatron): ~3 passes over the logits forward (max, exp-sum, loss),
     # ~2.5 backward, 4 bytes each.
     loss_bytes = t * m.vocab / tp * 4.0
     logits_f = logits_f + 3.0 * loss_bytes / hbm_bytes_per_s(gpu)
     logits_b = logits_b + 2.5 * loss_bytes / hbm_bytes_per_s(gpu)
-    return LayerTimes(fwd, bwd, attn_f, logits_f, logits_b)
+    return LayerTimes(fwd, bwd, attn_f, logits_f, logits_b, np.broadcast_to(selective, np.shape(fwd)).copy())
 
 
 def _mlp_times(t: np.ndarray, width: np.ndarray, h: int, up: int, gpu: GPUSpec, fp8: bool
@@ -183,23 +191,40 @@ def elementwise_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> np.
     reads 2h, writes h and a 1-byte mask (3.5h; a plain residual add 3h); the activation reads and writes
     the MLP width (GeLU 2f, SwiGLU 3f); rotary embedding rewrites Q and K. The h-wide work is repeated on every
     TP rank unless sequence parallelism splits it (Korthikanti et al. 2022, sec. 4.2.2).
+    training.elementwise = "eager" (PyTorch without torch.compile) runs Llama's RMSNorm, rotary embedding and
+    SwiGLU as chains of separate fp32 kernels; see EAGER_* in constants.py. LayerNorm and GeLU are one
+    kernel either way (torch.nn.functional).
     """
     h, tp = m.hidden, shard.tp
     gpt = is_gpt_style(m)
-    h_elems = (2 + 2 + 2 * (3.5 if m.dropout else 3.0)) * h
+    eager = training.elementwise == "eager" and not gpt
+    norm = C.EAGER_RMSNORM_BYTES / 2.0 if eager else 2.0
+    h_elems = (2 * norm + 2 * (3.5 if m.dropout else 3.0)) * h
     h_elems = np.where(shard.sp, h_elems / tp, h_elems)
     f = mlp_width_per_token(m)
-    split_elems = (2.0 if gpt else 3.0) * f / tp
+    split_elems = (2.0 if gpt else (C.EAGER_SWIGLU_BYTES / 2.0 if eager else 3.0)) * f / tp
     if not gpt:
-        split_elems = split_elems + 2.0 * (h + kv_dim(m)) / tp           # rotary on Q and K
+        rotary = C.EAGER_ROTARY_BYTES / 2.0 if eager else 2.0
+        split_elems = split_elems + rotary * (h + kv_dim(m)) / tp           # rotary on Q and K
     if m.is_moe:
         split_elems = split_elems + 4.0 * m.top_k * h / tp * m.moe_layers / m.layers  # dispatch + combine copies
     total = 2.0 * (h_elems + split_elems)
     if training.precision == "fp8":
-        # Transformer Engine casts each GEMM input to FP8: read 2 bytes, write 1 (qkv and MLP inputs h wide,
-        # projection and down inputs h/tp and f/tp wide).
-        total = total + 3.0 * (2 * h + h / tp + f / tp)
+        # Only the GEMMs run in FP8 (Transformer Engine, torchao float8): each GEMM input is scanned for its
+        # scale (read 2 bytes), cast (read 2, write 1) and, for the weight-gradient GEMM on Hopper, written
+        # transposed (1): FP8_CAST_BYTES per element of the qkv and MLP inputs (h wide) and of the projection
+        # and down-projection inputs (h/tp and f/tp wide).
+        total = total + C.FP8_CAST_BYTES * (2 * h + h / tp + f / tp)
     return total
+
+
+def fp8_weight_cast_bytes(m: ModelSpec, shard: Shard) -> np.ndarray:
+    """HBM bytes per micro-batch to cast one layer's weights to FP8 (read the 2-byte weight, write it and its
+    transpose in FP8: 4 bytes per parameter), repeated for every micro-batch (Transformer Engine casts in each
+    forward unless weights are kept in FP8; torchao float8 likewise)."""
+    h, kvd, f = m.hidden, kv_dim(m), mlp_width_per_token(m)
+    per_layer = (2 * h * h + 2 * h * kvd + (3 if m.gated_mlp else 2) * h * f) / shard.tp
+    return 4.0 * per_layer
 
 
 def optimizer_time(params_on_gpu: np.ndarray, gpu: GPUSpec) -> np.ndarray:

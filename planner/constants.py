@@ -38,6 +38,19 @@ SOFTMAX_BYTES = (4.0, 6.0)  # without dropout
 # Kernels per transformer layer in the forward pass (Megatron fused kernels: norm, QKV, rotary or none,
 # attention 1-3, projection, bias-dropout-add, norm, MLP up, activation, MLP down, bias-dropout-add).
 KERNELS_PER_LAYER_FORWARD = 12
+# The same in eager PyTorch (no torch.compile): RMSNorm, rotary and SwiGLU each run as several kernels
+# (counted from torchtitan's llama model at 9dec370: 2 x 7 norm ops, 2 x 6 rotary ops, 3 SwiGLU ops, the GEMMs).
+KERNELS_PER_LAYER_EAGER = 36
+# Eager-PyTorch element-wise chains, HBM bytes per element (torchtitan/fms Llama at 2024, read + written):
+# RMSNorm x.float() 2+4, pow 4+4, mean 4, x * rsqrt 4+4, type_as 4+2, * weight 2+2 = 36 (fused: 4);
+# rotary via view_as_complex x.float() 2+4, complex multiply 4+4 (+ the angles), type_as 4+2 = 20 (fused: 4);
+# SwiGLU silu(g) 2+2 then * u 2+2+2 = 10 (fused: 6).
+EAGER_RMSNORM_BYTES = 36.0
+EAGER_ROTARY_BYTES = 20.0
+EAGER_SWIGLU_BYTES = 10.0
+# FP8 cast traffic per GEMM-input element: amax scan 2 + cast read 2 + write 1 + transposed write 1
+# (Transformer Engine / torchao float8 with dynamic or delayed per-tensor scaling; Micikevicius et al. 2022).
+FP8_CAST_BYTES = 6.0
 
 # Mixed-precision Adam step: reads fp32 master weight, momentum, variance and gradient (16 B), writes the first
 # three (12 B) and the 16-bit weight (2 B), and zeroes the gradient (4 B): 34 bytes of HBM traffic per

@@ -217,7 +217,8 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
     attention = "unfused" if any(g in gpu for g in PRE_FLASH_GPUS) and _pre_flash(row) else "flash"
     return {"model": _model_doc(row, catalog, gated),
             "training": {"global_batch": _global_batch(row), "precision": _precision(row, gpu),
-                         "attention": attention, "tp_comm_overlap": _tp_overlap(row)},
+                         "attention": attention, "tp_comm_overlap": _tp_overlap(row),
+                         "elementwise": _elementwise(row)},
             "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},
             "layout": _layout_doc(row)}
 
@@ -226,6 +227,16 @@ def _tp_overlap(row: dict[str, Any]) -> bool:
     """TP communication overlap when the row names it: torchtitan async TP, Megatron --tp-comm-overlap."""
     text = " ".join(str(row.get(k) or "") for k in ("id", "precision", "notes", "model")).lower()
     return any(word in text for word in ("asynctp", "async tp", "async-tp", "tp-comm-overlap", "tp_comm_overlap"))
+
+
+def _elementwise(row: dict[str, Any]) -> str:
+    """Eager for PyTorch-stack rows (the F_ groups) unless they say torch.compile was on; fused for Megatron."""
+    if not str(row.get("group") or "").startswith("F_"):
+        return "fused"
+    text = " ".join(str(row.get(k) or "") for k in ("id", "precision", "notes")).lower()
+    off = any(w in text for w in ("compile: off", "compile=false", "compile = false"))
+    on = any(w in text for w in ("compile on", "compile: on", "+ torch.compile", "(torch.compile)", "_compile"))
+    return "fused" if on and not off else "eager"
 
 
 def _pre_flash(row: dict[str, Any]) -> bool:

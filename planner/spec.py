@@ -23,6 +23,7 @@ RECOMPUTE = ("none", "selective", "full")
 TOPOLOGIES = ("fat_tree", "rail_optimized", "dragonfly", "torus")
 FABRIC_KINDS = ("infiniband", "roce", "ethernet", "efa")
 ATTENTION_KERNELS = ("flash", "unfused")
+ELEMENTWISE_MODES = ("fused", "eager")
 # Rank orders, innermost first. TP is always innermost (it must stay inside an NVLink domain); the two orders
 # that matter differ in whether DP or PP gets the nearer GPUs (the same leaf switch or rail group).
 RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
@@ -77,6 +78,9 @@ TRAINING_FIELDS = (
     Field("tp_comm_overlap", bool, False,
           help="Overlap tensor-parallel collectives with the GEMMs they feed (Megatron --tp-comm-overlap, "
                "torchtitan async TP); off = synchronous, the Megatron default."),
+    Field("elementwise", str, "fused", choices=ELEMENTWISE_MODES,
+          help="How norms, rotary embedding and activations run: fused kernels (Megatron, Transformer Engine, "
+               "torch.compile) or eager PyTorch, one kernel per operation in fp32."),
     Field("attention", str, "flash", choices=ATTENTION_KERNELS,
           help="Attention kernel: flash (fused, causal, no s x s matrix in memory) or unfused "
                "(Megatron before FlashAttention, 2022)."),
@@ -211,6 +215,7 @@ class TrainingSpec:
     overlap_grad_reduce: bool
     attention: str
     tp_comm_overlap: bool = False
+    elementwise: str = "fused"
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,7 @@ def _stage_compute(spec: PlanSpec, lay: Layouts, lt: LayerTimes) -> tuple[np.nda
     deficit = lay.pp * n - layers
     n_last = np.where(lay.pp == 1, n, n - (deficit >= 1))
     recompute = np.select([lay.recompute == RECOMPUTE_CODES["full"], lay.recompute == RECOMPUTE_CODES["selective"]],
-                          [lt.fwd, lt.attention_fwd], 0.0)
+                          [lt.fwd, lt.selective_fwd], 0.0)
     bwd_layer = lt.bwd + recompute
     mid = n * (lt.fwd + bwd_layer)
     last = n_last * (lt.fwd + bwd_layer) + lt.logits_fwd + lt.logits_bwd
