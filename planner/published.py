@@ -218,7 +218,8 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
     return {"model": _model_doc(row, catalog, gated),
             "training": {"global_batch": _global_batch(row), "precision": _precision(row, gpu),
                          "attention": attention, "tp_comm_overlap": _tp_overlap(row),
-                         "elementwise": _elementwise(row)},
+                         "elementwise": _elementwise(row),
+                         "ep_comm_overlap": "overlap_moe_expert_parallel_comm true" in (row.get("notes") or "").lower()},
             "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},
             "layout": _layout_doc(row)}
 

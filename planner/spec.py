@@ -78,6 +78,9 @@ TRAINING_FIELDS = (
     Field("tp_comm_overlap", bool, False,
           help="Overlap tensor-parallel collectives with the GEMMs they feed (Megatron --tp-comm-overlap, "
                "torchtitan async TP); off = synchronous, the Megatron default."),
+    Field("ep_comm_overlap", bool, False,
+          help="Overlap MoE all-to-alls with another micro-batch's compute (Megatron-Core "
+               "--overlap-moe-expert-parallel-comm); off = on the critical path."),
     Field("elementwise", str, "fused", choices=ELEMENTWISE_MODES,
           help="How norms, rotary embedding and activations run: fused kernels (Megatron, Transformer Engine, "
                "torch.compile) or eager PyTorch, one kernel per operation in fp32."),
@@ -216,6 +219,7 @@ class TrainingSpec:
     attention: str
     tp_comm_overlap: bool = False
     elementwise: str = "fused"
+    ep_comm_overlap: bool = False
 
 
 @dataclass(frozen=True)
