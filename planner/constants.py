@@ -2,7 +2,7 @@
 
 They are efficiencies and byte counts, never per-case corrections: one set serves every GPU, model and layout.
 The ones marked FITTED were fitted by `bench/calibrate.py --fit` on the rows of both reference files that
-planner.holdout keeps in the fit (both ended at the top of their ranges: GEMM_K_HALF 256, COMM_INTERFERENCE 0.3); every other value comes from a cited measurement. Communication
+planner.holdout keeps in the fit (GEMM_K_HALF ended at the top of its range, 256; COMM_INTERFERENCE at 0.25); every other value comes from a cited measurement. Communication
 efficiencies live in `collectives.py` beside the collective model that uses them.
 """
 from __future__ import annotations
@@ -82,7 +82,7 @@ DP_OVERLAP_EFFICIENCY = 0.8
 # through the HBM the overlapped GEMMs use (NCCL docs, NCCL_MIN/MAX_NCHANNELS; Rashidi et al. 2021, "Enabling
 # Compute-Communication Overlap in Distributed Deep Learning Training Platforms": 10-30% slowdown of the
 # overlapped compute). FITTED within [0.05, 0.3].
-COMM_INTERFERENCE = 0.3
+COMM_INTERFERENCE = 0.25
 
 ENGINE_VERSION = "1.0"
 
