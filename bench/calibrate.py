@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FILES = (ROOT / "planner" / "data" / "published_runs.json", ROOT / "planner" / "data" / "calibration_runs.json")
 OVERLAYS = load_overlays(ROOT / "tests" / "engine" / "data" / "published_run_configs.json")
 FITTED = {  # name: candidate values within the physical range stated in constants.py
-    "GEMM_K_HALF": [32, 64, 96, 128, 192, 256],
+    "GEMM_K_HALF": [32, 48, 64, 96, 128, 192, 256],
     "COMM_INTERFERENCE": [0.05, 0.1, 0.15, 0.2, 0.25, 0.3],
 }
 CLOCKS = [0.85, 0.88, 0.91, 0.94, 0.97, 1.0]

@@ -37,11 +37,18 @@ def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bo
         tiles = np.ceil(m / tm) * np.ceil(n / tn)
         waves = np.ceil(tiles / sms)
         util = np.maximum(util, (m * n) / (waves * sms * tm * tn))
-    k_eff = k / (k + C.GEMM_K_HALF)
+    k_eff = k / (k + k_half(gpu))
     t_compute = 2.0 * m * n * k / (peak * util * k_eff)
     in_bytes = 1.0 if fp8 else 2.0
     t_memory = ((m * k + k * n) * in_bytes + 2.0 * m * n) / hbm_bytes_per_s(gpu)
     return np.maximum(t_compute, t_memory) + kernel_s(gpu)
+
+
+def k_half(gpu: GPUSpec) -> float:
+    """Reduction length at which a GEMM tile reaches half its steady-state rate. A tile must stream enough K to
+    hide a fixed prologue/epilogue latency, so the length grows with what one SM computes per second: GEMM_K_HALF
+    is the A100's (312 TFLOP/s over 108 SMs), scaled by this GPU's peak per SM (H100 2.6x, B200 5.3x)."""
+    return C.GEMM_K_HALF * (gpu.peak_tflops / gpu.sm_count) / (312.0 / 108.0)
 
 
 def achievable_gemm_flops(gpu: GPUSpec, fp8: bool = False) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 # (fixtures/gpus.json, each row with its source; spec fields cluster.gpu.gemm_efficiency etc.).
 # A GEMM tile pays a fixed prologue/epilogue; efficiency falls as K / (K + K_HALF) for a short reduction
 # dimension (CUTLASS main-loop pipelining; a tile must stream ~2-4 K-slices of 32-64 before it is busy).
-# FITTED within [32, 256] elements.
+# This is the A100's; compute.k_half scales it with the GPU's peak per SM. FITTED within [32, 256] elements.
 GEMM_K_HALF = 256
 # Output tile of the GEMM kernels, for tile and wave quantization (CUTLASS/cuBLAS 128x128 default tiles).
 GEMM_TILE_M = 128

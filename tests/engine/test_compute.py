@@ -6,7 +6,7 @@ import pytest
 
 from planner import constants as C
 from planner import parse_spec
-from planner.compute import Shard, attention_times, elementwise_bytes, gemm_time, layer_times
+from planner.compute import Shard, k_half, attention_times, elementwise_bytes, gemm_time, layer_times
 
 
 @pytest.fixture
@@ -25,8 +25,15 @@ def test_a_large_gemm_runs_near_the_sustained_peak(h100):
     # 4096 tiles over 132 SMs: 32 waves, 97% utilised; K-efficiency 8192 / (8192 + K_HALF); the H100's measured
     # achievable fraction of peak (catalog: 794.5 of 989 TFLOP/s).
     assert gpu.gemm_efficiency == pytest.approx(0.803)
-    expected = 989 * 0.803 * gpu.sustained_clock * (4096 / (32 * 132)) * 8192 / (8192 + C.GEMM_K_HALF)
+    expected = 989 * 0.803 * gpu.sustained_clock * (4096 / (32 * 132)) * 8192 / (8192 + k_half(gpu))
     assert achieved == pytest.approx(expected, rel=0.01)
+
+
+def test_the_short_k_penalty_grows_with_the_sms_throughput(h100, catalog):
+    from planner.spec import GPUSpec
+    a100 = GPUSpec(**{**catalog["gpu"]["A100 SXM4 80GB"]})
+    assert k_half(a100) == pytest.approx(C.GEMM_K_HALF)
+    assert k_half(h100.cluster.gpu) == pytest.approx(C.GEMM_K_HALF * (989 / 132) / (312 / 108))
 
 
 def test_tensor_parallel_splits_lower_gemm_efficiency(h100):
