@@ -218,10 +218,12 @@ def elementwise_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> np.
     total = 2.0 * (h_elems + split_elems)
     if training.precision == "fp8":
         # Only the GEMMs run in FP8 (Transformer Engine, torchao float8): each GEMM input is scanned for its
-        # scale (read 2 bytes), cast (read 2, write 1) and, for the weight-gradient GEMM on Hopper, written
-        # transposed (1): FP8_CAST_BYTES per element of the qkv and MLP inputs (h wide) and of the projection
-        # and down-projection inputs (h/tp and f/tp wide).
-        total = total + C.FP8_CAST_BYTES * (2 * h + h / tp + f / tp)
+        # scale, cast and, for the weight-gradient GEMM on Hopper, written transposed, per element of the qkv and
+        # MLP inputs (h wide) and of the projection and down-projection inputs (h/tp and f/tp wide). Fused stacks
+        # fold the scan and cast into the norm or activation that produces the input (TE LayerNormLinear,
+        # torch.compile), leaving the FP8 copy and its transpose.
+        cast = C.FP8_CAST_BYTES_FUSED if training.elementwise == "fused" else C.FP8_CAST_BYTES
+        total = total + cast * (2 * h + h / tp + f / tp)
     return total
 
 

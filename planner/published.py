@@ -50,6 +50,9 @@ VOCAB_BY_TOKENIZER = (("deepseek-v3", 129_280), ("qwen3", 151_936))
 # GPT-3-like rows that state no vocabulary (Zero Bubble, sec. 5.1) used Megatron-LM's GPT-2 BPE, 50,257 tokens
 # padded to a multiple of 128: 50,304.
 GPT2_VOCAB_PADDED = 50_304
+# Rows whose authors explored the local batch per run without stating it: the search may pick any micro-batch
+# dividing this many sequences per GPU (with gradient accumulation over the rest).
+EXPLORED_LOCAL_BATCH = 16
 
 
 def gpu_name(row: dict[str, Any]) -> str:
@@ -159,6 +162,9 @@ def _global_batch(row: dict[str, Any]) -> int | None:
     if _derived(row, "derived_tokens_per_batch"):
         return int(_derived(row, "derived_tokens_per_batch")) // row["seq_len"]
     dp = row.get("dp") or _derived(row, "derived_dp")
+    if dp and not row.get("micro_batch") and "explored per run" in (row.get("recompute") or "").lower():
+        # The authors picked the best local batch per run: offer the search up to EXPLORED_LOCAL_BATCH per GPU.
+        return dp * EXPLORED_LOCAL_BATCH
     return dp * (row.get("micro_batch") or 1) if dp else None
 
 
@@ -219,7 +225,8 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
             "training": {"global_batch": _global_batch(row), "precision": _precision(row, gpu),
                          "attention": attention, "tp_comm_overlap": _tp_overlap(row),
                          "elementwise": _elementwise(row),
-                         "ep_comm_overlap": "overlap_moe_expert_parallel_comm true" in (row.get("notes") or "").lower()},
+                         "ep_comm_overlap": "overlap_moe_expert_parallel_comm true" in (row.get("notes") or "").lower(),
+                         "fp8_param_gather": _fp8_gather(row)},
             "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},
             "layout": _layout_doc(row)}
 
@@ -227,6 +234,8 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
 def _tp_overlap(row: dict[str, Any]) -> bool:
     """TP communication overlap when the row names it: torchtitan async TP, Megatron --tp-comm-overlap."""
     text = " ".join(str(row.get(k) or "") for k in ("id", "precision", "notes", "model")).lower()
+    if "vanilla tp" in text or "vanillatp" in text:
+        return False  # the synchronous baseline of an async-TP comparison
     return any(word in text for word in ("asynctp", "async tp", "async-tp", "tp-comm-overlap", "tp_comm_overlap"))
 
 
@@ -238,6 +247,15 @@ def _elementwise(row: dict[str, Any]) -> str:
     off = any(w in text for w in ("compile: off", "compile=false", "compile = false"))
     on = any(w in text for w in ("compile on", "compile: on", "+ torch.compile", "(torch.compile)", "_compile"))
     return "fused" if on and not off else "eager"
+
+
+def _fp8_gather(row: dict[str, Any]) -> bool:
+    """FP8 parameter gathers when the row says so (fp8_param_gather, float8 all-gather, "fp8ag")."""
+    text = " ".join(str(row.get(k) or "") for k in ("id", "precision", "notes")).lower()
+    if "bf16 fsdp all-gather" in text or "bf16ag" in text:
+        return False
+    return any(w in text for w in ("fp8_param_gather true", "fp8_param_gather", "float8 all-gather",
+                                   "float8_all_gather=true", "fp8ag", "float8 fsdp2 all-gather"))
 
 
 def _pre_flash(row: dict[str, Any]) -> bool:

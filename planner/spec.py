@@ -78,6 +78,9 @@ TRAINING_FIELDS = (
     Field("tp_comm_overlap", bool, False,
           help="Overlap tensor-parallel collectives with the GEMMs they feed (Megatron --tp-comm-overlap, "
                "torchtitan async TP); off = synchronous, the Megatron default."),
+    Field("fp8_param_gather", bool, False,
+          help="With fp8: gather parameters in FP8, 1 byte each (FSDP2 float8 all-gather, Megatron "
+               "--fp8-param-gather); off = 16-bit gathers."),
     Field("ep_comm_overlap", bool, False,
           help="Overlap MoE all-to-alls with another micro-batch's compute (Megatron-Core "
                "--overlap-moe-expert-parallel-comm); off = on the critical path."),
@@ -220,6 +223,7 @@ class TrainingSpec:
     tp_comm_overlap: bool = False
     elementwise: str = "fused"
     ep_comm_overlap: bool = False
+    fp8_param_gather: bool = False
 
 
 @dataclass(frozen=True)

@@ -203,7 +203,9 @@ def _dp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], pa
     forward; ZeRO-3 gathers the weights for every micro-batch's forward and backward and reduce-scatters its
     gradients, all behind that micro-batch's compute. Traffic sharing a compute window is hidden jointly."""
     grad = C.GRAD_BYTES[spec.training.precision] * params
-    weights = C.WEIGHT_BYTES * params
+    # FP8 parameter all-gather (torchao enable_fsdp_float8_all_gather, Megatron --fp8-param-gather): 1 byte each.
+    fp8_gather = spec.training.precision == "fp8" and spec.training.fp8_param_gather
+    weights = (1.0 if fp8_gather else C.WEIGHT_BYTES) * params
     z = lay.zero
     per_micro = z == 3
     calls = np.where(per_micro, micro, 1.0)
