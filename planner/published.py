@@ -36,7 +36,7 @@ from .spec import PlanSpec, parse_spec
 # row says HBM2e are Meta's 96 GB, 500 W-capped Grand Teton part (torchtitan rows), a catalog GPU of its own.
 GPU_BY_KEYWORD = (("GB300", "GB300"), ("B300", "B300"), ("GB200", "GB200"), ("B200", "B200"),
                   ("H200", "H200 SXM 141GB"), ("H800", "H800 SXM5 80GB"), ("H100", "H100 SXM5 80GB"), ("V100", "V100 SXM3 32GB"))
-NODE_BY_GPU = {"GB300": "GB300 NVL72 compute tray", "B300": "DGX B300", "GB200": "GB200 NVL72 compute tray",
+NODE_BY_GPU = {"GB300": "GB300 NVL72 compute tray", "B300": "HGX B300", "GB200": "GB200 NVL72 compute tray",
                "B200": "DGX B200", "H200 SXM 141GB": "HGX H200", "H800 SXM5 80GB": "HGX H800",
                "H100 SXM5 80GB": "DGX H100", "H100 SXM5 96GB HBM2e 500W": "DGX H100",
                "V100 SXM3 32GB": "DGX-2 (V100)", "A100 SXM4 80GB": "DGX A100", "A100 SXM4 40GB": "DGX A100"}
