@@ -24,6 +24,7 @@ TOPOLOGIES = ("fat_tree", "rail_optimized", "dragonfly", "torus")
 FABRIC_KINDS = ("infiniband", "roce", "ethernet", "efa")
 ATTENTION_KERNELS = ("flash", "unfused")
 ELEMENTWISE_MODES = ("fused", "eager")
+EP_DISPATCH = ("all_to_all", "dedup")
 # Rank orders, innermost first. TP is always innermost (it must stay inside an NVLink domain); the two orders
 # that matter differ in whether DP or PP gets the nearer GPUs (the same leaf switch or rail group).
 RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
@@ -81,6 +82,9 @@ TRAINING_FIELDS = (
     Field("fp8_param_gather", bool, False,
           help="With fp8: gather parameters in FP8, 1 byte each (FSDP2 float8 all-gather, Megatron "
                "--fp8-param-gather); off = 16-bit gathers."),
+    Field("ep_dispatch", str, "all_to_all", choices=EP_DISPATCH,
+          help="MoE token dispatch: all_to_all (a copy per routed expert) or dedup (DeepEP/HybridEP: one copy per "
+               "remote NVLink domain, fanned out over NVLink)."),
     Field("ep_comm_overlap", bool, False,
           help="Overlap MoE all-to-alls with another micro-batch's compute (Megatron-Core "
                "--overlap-moe-expert-parallel-comm); off = on the critical path."),
@@ -224,6 +228,7 @@ class TrainingSpec:
     elementwise: str = "fused"
     ep_comm_overlap: bool = False
     fp8_param_gather: bool = False
+    ep_dispatch: str = "all_to_all"
 
 
 @dataclass(frozen=True)

@@ -155,6 +155,7 @@ class ModelPreset(CatalogRow):
     shared_experts = models.PositiveIntegerField(default=0)
     dense_layers = models.PositiveIntegerField(default=0)
     tied_embeddings = models.BooleanField(default=False)
+    dropout = models.BooleanField(null=True, blank=True)  # empty: the engine's default (on for GPT-style models)
 
 
 CATALOG_MODELS: dict[str, type[CatalogRow]] = {

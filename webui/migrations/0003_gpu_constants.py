@@ -14,4 +14,5 @@ class Migration(migrations.Migration):
         migrations.AddField(model_name='gputype', name='hbm_efficiency', field=models.FloatField(default=0.85)),
         migrations.AddField(model_name='gputype', name='kernel_overhead_us', field=models.FloatField(default=4.0)),
         migrations.AddField(model_name='gputype', name='attention_efficiency', field=models.FloatField(default=0.55)),
+        migrations.AddField(model_name='modelpreset', name='dropout', field=models.BooleanField(blank=True, null=True)),
     ]
