@@ -130,6 +130,9 @@ def _collective(spec: PlanSpec, placement: dict[str, GroupColumn], group: str, o
     candidates that make calls are costed (the others' totals are zero whatever one call would cost)."""
     col = placement[over or group]
     nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), col.index.shape)
+    if not np.any(calls):  # nobody makes this call (e.g. the ZeRO-3 collectives of ZeRO-1 candidates)
+        zero = np.zeros(len(col.index))
+        return Collective(group, op, nbytes, zero, zero, zero.copy(), {}, "none", over)
     table = col.table(op, spec.cluster)
     calls = np.where(table.active[col.index], calls, 0.0)
     busy = np.flatnonzero(calls > 0)
@@ -243,13 +246,16 @@ def _dp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], pa
     z = lay.zero
     per_layer = z == 3
     n = stage_layers(spec.model.layers, lay.pp).astype(float)
-    # ZeRO-3 moves one layer per call: n calls per gather or reduction of the stage's parameters.
-    split = np.where(per_layer, n, 1.0)
+    # ZeRO-3 moves one layer per call: n calls per gather or reduction of the stage's parameters. Its calls are
+    # separate collectives from ZeRO-1/2's whole-stage ones, so each keeps one size per placement (the costing
+    # prices runs of equal sizes once).
     calls = np.where(per_layer, micro * n, 1.0)
+    whole, layer = np.where((z == 1) | (z == 2), 1.0, 0.0), np.where(per_layer, micro * n, 0.0)
     ar = _reduction(spec, placement, lay, "all_reduce", grad, np.where(z == 0, 1.0, 0.0))
-    rs = _reduction(spec, placement, lay, "reduce_scatter", grad / split, np.where(z >= 1, calls, 0.0))
-    ag = _reduction(spec, placement, lay, "all_gather", weights / split,
-                    np.where(z >= 1, calls * np.where(per_layer, 2, 1), 0))
+    rs = (_reduction(spec, placement, lay, "reduce_scatter", grad, whole)
+          + _reduction(spec, placement, lay, "reduce_scatter", grad / n, layer))
+    ag = (_reduction(spec, placement, lay, "all_gather", weights, whole)
+          + _reduction(spec, placement, lay, "all_gather", weights / n, 2 * layer))
     t_ar, t_rs, t_ag = (sum(c.time_s for c in phase) for phase in (ar, rs, ag))
     overlap = C.DP_OVERLAP_EFFICIENCY if spec.training.overlap_grad_reduce else 0.0
     exposed = {"ar": _exposed(t_ar, overlap * bwd), "rs": _exposed(t_rs, overlap * bwd),
