@@ -29,6 +29,7 @@ OVERLAYS = load_overlays(ROOT / "tests" / "engine" / "data" / "published_run_con
 FITTED = {  # name: candidate values within the physical range stated in constants.py
     "GEMM_K_HALF": [32, 48, 64, 96, 128, 192, 256],
     "COMM_INTERFERENCE": [0.05, 0.1, 0.15, 0.2, 0.25, 0.3],
+    "ZERO3_UNIT_OVERHEAD_S": [0.0, 0.0005, 0.001, 0.0015, 0.002, 0.0025, 0.003],
 }
 CLOCKS = [0.85, 0.88, 0.91, 0.94, 0.97, 1.0]
 

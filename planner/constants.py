@@ -84,6 +84,12 @@ DP_OVERLAP_EFFICIENCY = 0.8
 # Compute-Communication Overlap in Distributed Deep Learning Training Platforms": 10-30% slowdown of the
 # overlapped compute). FITTED within [0.05, 0.3].
 COMM_INTERFERENCE = 0.25
+# Host-side cost of one ZeRO-3 / FSDP unit (one layer) per pass, seconds: its pre-forward / pre-backward hooks issue
+# the all-gather, wait on the rate limiter's event (FSDP limit_all_gathers keeps at most two gathers in flight, so
+# the CPU cannot run ahead of the GPU and its per-unit work becomes GPU idle time), build the flat parameter's
+# views, and after the backward reduce-scatter and copy the gradient shard (Zhao et al. 2023, PyTorch FSDP,
+# sec. 3.3-3.4). FITTED within [0, 3] ms by bench/calibrate.py --fit.
+ZERO3_UNIT_OVERHEAD_S = 0.0015
 
 ENGINE_VERSION = "1.0"
 

@@ -285,9 +285,9 @@ def _zero3_exposed(rs_layer: np.ndarray, ag_layer: np.ndarray, fwd_layer: np.nda
     previous layer's compute cannot hide; backward gathers share their window with the previous layer's
     reduce-scatter, and the last reduce-scatter is exposed. Returns (reduce-scatter, all-gather) exposed over
     the step."""
-    fwd_ag = ag_layer + (n - 1) * _exposed(ag_layer, overlap * fwd_layer)
+    fwd_ag = ag_layer + (n - 1) * _exposed(ag_layer, overlap * fwd_layer) + n * C.ZERO3_UNIT_OVERHEAD_S
     both = ag_layer + rs_layer
-    bwd_both = ag_layer + rs_layer + (n - 1) * _exposed(both, overlap * bwd_layer)
+    bwd_both = ag_layer + rs_layer + (n - 1) * _exposed(both, overlap * bwd_layer) + n * C.ZERO3_UNIT_OVERHEAD_S
     share_rs = _share(rs_layer, both)
     rs = micro * bwd_both * share_rs
     ag = micro * (fwd_ag + bwd_both * (1.0 - share_rs))

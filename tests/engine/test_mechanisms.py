@@ -94,3 +94,10 @@ def test_fp8_parameter_gathers_move_half_the_bytes(catalog):
         p = best(llama_8b_fsdp(catalog, 64, precision="fp8", **training), catalog)
         return sum(c["bytes_per_step"] for c in p["comm"] if c["collective"] == "all_gather")
     assert gathered(fp8_param_gather=True) == pytest.approx(gathered() / 2)
+
+
+def test_every_fsdp_unit_costs_host_time_per_pass(catalog):
+    from planner import constants as C
+    p = best(llama_8b_fsdp(catalog, 8), catalog)
+    # 32 layers, forward and backward pass, one micro-batch: 64 units' host time at least, on top of the gathers.
+    assert p["time_s"]["dp_comm"] >= 64 * C.ZERO3_UNIT_OVERHEAD_S
