@@ -4,7 +4,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('webui', '0002_plan_delivery'),
+        ('webui', '0003_sweeps'),
     ]
 
     operations = [
