@@ -223,6 +223,10 @@ def elementwise_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> np.
         # fold the scan and cast into the norm or activation that produces the input (TE LayerNormLinear,
         # torch.compile), leaving the FP8 copy and its transpose.
         cast = C.FP8_CAST_BYTES_FUSED if training.elementwise == "fused" else C.FP8_CAST_BYTES
+        if training.fp8_recipe == "rowwise":
+            # Per-row scales: the backward GEMMs reduce along the other axis, so each input is scanned and cast
+            # again along it instead of reusing a transposed copy (torchao float8 rowwise).
+            cast = cast + C.FP8_ROWWISE_EXTRA_BYTES
         total = total + cast * (2 * h + h / tp + f / tp)
     return total
 

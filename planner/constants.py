@@ -52,6 +52,9 @@ EAGER_SWIGLU_BYTES = 10.0
 # (Transformer Engine / torchao float8 with dynamic or delayed per-tensor scaling; Micikevicius et al. 2022).
 FP8_CAST_BYTES = 6.0
 FP8_CAST_BYTES_FUSED = 2.0   # the FP8 copy and its transpose; scan and cast fused into the producing kernel
+# Rowwise scaling's second quantisation of each GEMM input along the other axis: read 2 (scan and cast in one
+# pass), write 1, instead of a transposed copy (torchao float8 rowwise recipe).
+FP8_ROWWISE_EXTRA_BYTES = 2.0
 
 # Mixed-precision Adam step: reads fp32 master weight, momentum, variance and gradient (16 B), writes the first
 # three (12 B) and the 16-bit weight (2 B), and zeroes the gradient (4 B): 34 bytes of HBM traffic per

@@ -227,6 +227,7 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
                          "elementwise": _elementwise(row),
                          "ep_comm_overlap": "overlap_moe_expert_parallel_comm true" in (row.get("notes") or "").lower(),
                          "fp8_param_gather": _fp8_gather(row),
+                         "fp8_recipe": "rowwise" if "rowwise" in (row.get("precision") or "").lower() else "tensorwise",
                          "ep_dispatch": "dedup" if any(w in (row.get("notes") or "").lower()
                                                        for w in ("deepep", "hybridep")) else "all_to_all"},
             "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},

@@ -25,6 +25,7 @@ FABRIC_KINDS = ("infiniband", "roce", "ethernet", "efa")
 ATTENTION_KERNELS = ("flash", "unfused")
 ELEMENTWISE_MODES = ("fused", "eager")
 EP_DISPATCH = ("all_to_all", "dedup")
+FP8_RECIPES = ("tensorwise", "rowwise")
 # Rank orders, innermost first. TP is always innermost (it must stay inside an NVLink domain); the two orders
 # that matter differ in whether DP or PP gets the nearer GPUs (the same leaf switch or rail group).
 RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
@@ -79,6 +80,9 @@ TRAINING_FIELDS = (
     Field("tp_comm_overlap", bool, False,
           help="Overlap tensor-parallel collectives with the GEMMs they feed (Megatron --tp-comm-overlap, "
                "torchtitan async TP); off = synchronous, the Megatron default."),
+    Field("fp8_recipe", str, "tensorwise", choices=FP8_RECIPES,
+          help="With fp8: tensorwise (one scale per tensor: Transformer Engine delayed scaling, torchao tensorwise) "
+               "or rowwise (one per row; each input is quantised again along the other axis for the backward)."),
     Field("fp8_param_gather", bool, False,
           help="With fp8: gather parameters in FP8, 1 byte each (FSDP2 float8 all-gather, Megatron "
                "--fp8-param-gather); off = 16-bit gathers."),
@@ -229,6 +233,7 @@ class TrainingSpec:
     ep_comm_overlap: bool = False
     fp8_param_gather: bool = False
     ep_dispatch: str = "all_to_all"
+    fp8_recipe: str = "tensorwise"
 
 
 @dataclass(frozen=True)

@@ -101,3 +101,16 @@ def test_every_fsdp_unit_costs_host_time_per_pass(catalog):
     p = best(llama_8b_fsdp(catalog, 8), catalog)
     # 32 layers, forward and backward pass, one micro-batch: 64 units' host time at least, on top of the gathers.
     assert p["time_s"]["dp_comm"] >= 64 * C.ZERO3_UNIT_OVERHEAD_S
+
+
+def test_rowwise_fp8_casts_every_input_again_along_the_other_axis(catalog):
+    import numpy as np
+
+    from planner import constants as C
+    from planner.compute import Shard, elementwise_bytes
+    shard = Shard(*(np.array([v]) for v in (1, 1, 1, 1, False)))
+    spec = lambda **t: parse_spec(llama_8b_fsdp(catalog, 8, precision="fp8", **t), catalog)  # noqa: E731
+    tensorwise, rowwise = (elementwise_bytes(s.model, s.training, shard)[0]
+                           for s in (spec(), spec(fp8_recipe="rowwise")))
+    h, f = 4096, 14336
+    assert rowwise - tensorwise == pytest.approx(C.FP8_ROWWISE_EXTRA_BYTES * (3 * h + f))
