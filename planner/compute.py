@@ -24,29 +24,49 @@ TILES = ((128, 128), (128, 256), (256, 128))  # output tiles cuBLAS chooses amon
 def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bool = False) -> np.ndarray:
     """Seconds for one (m x k) @ (k x n) GEMM.
 
-    Roofline: max(compute, memory) + fixed kernel cost. Compute runs at peak x GEMM_EFFICIENCY x tile
+    Roofline: max(compute, memory) + fixed kernel cost. Compute runs at achievable_gemm_flops x tile
     utilisation x K / (K + K_HALF); tile utilisation counts padding of partial tiles and the last partial wave
     over the SMs (NVIDIA, "Matrix Multiplication Background User's Guide": tile and wave quantization), taking
     the best of the usual tile shapes. Memory moves both inputs once (1-byte FP8 or 2-byte) and a 2-byte output.
     """
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
-    peak = (gpu.fp8_peak_tflops * C.FP8_GEMM_RELATIVE_EFFICIENCY if fp8 else gpu.peak_tflops) * 1e12
+    peak = achievable_gemm_flops(gpu, fp8)
     sms = gpu.sm_count
     util = np.zeros(np.broadcast(m, n, k).shape)
     for tm, tn in TILES:
         tiles = np.ceil(m / tm) * np.ceil(n / tn)
         waves = np.ceil(tiles / sms)
         util = np.maximum(util, (m * n) / (waves * sms * tm * tn))
-    k_eff = k / (k + C.GEMM_K_HALF)
-    t_compute = 2.0 * m * n * k / (peak * C.GEMM_EFFICIENCY * util * k_eff)
+    k_eff = k / (k + k_half(gpu))
+    t_compute = 2.0 * m * n * k / (peak * util * k_eff)
     in_bytes = 1.0 if fp8 else 2.0
     t_memory = ((m * k + k * n) * in_bytes + 2.0 * m * n) / hbm_bytes_per_s(gpu)
-    return np.maximum(t_compute, t_memory) + C.KERNEL_OVERHEAD_S
+    return np.maximum(t_compute, t_memory) + kernel_s(gpu)
+
+
+def k_half(gpu: GPUSpec) -> float:
+    """Reduction length at which a GEMM tile reaches half its steady-state rate. A tile must stream enough K to
+    hide a fixed prologue/epilogue latency, so the length grows with what one SM computes per second: GEMM_K_HALF
+    is the A100's (312 TFLOP/s over 108 SMs), scaled by this GPU's peak per SM (H100 2.6x, B200 5.3x)."""
+    return C.GEMM_K_HALF * (gpu.peak_tflops / gpu.sm_count) / (312.0 / 108.0)
+
+
+def achievable_gemm_flops(gpu: GPUSpec, fp8: bool = False) -> float:
+    """FLOP/s a large, well-shaped GEMM sustains in training: spec-sheet peak x the GPU's measured achievable
+    fraction (catalog gemm_efficiency / fp8_gemm_efficiency, cuBLAS MAMF) x the clock it sustains under its
+    power cap (catalog sustained_clock)."""
+    peak = gpu.fp8_peak_tflops * gpu.fp8_gemm_efficiency if fp8 else gpu.peak_tflops * gpu.gemm_efficiency
+    return peak * gpu.sustained_clock * 1e12
+
+
+def kernel_s(gpu: GPUSpec) -> float:
+    """Fixed cost of one kernel launch, seconds (catalog kernel_overhead_us)."""
+    return gpu.kernel_overhead_us * 1e-6
 
 
 def hbm_bytes_per_s(gpu: GPUSpec) -> float:
-    """Achievable HBM bandwidth, bytes/s (GB/s x 1e9 x streaming efficiency)."""
-    return gpu.memory_gbytes_per_s * 1e9 * C.HBM_EFFICIENCY
+    """Achievable HBM bandwidth, bytes/s (GB/s x 1e9 x the GPU's streaming efficiency)."""
+    return gpu.memory_gbytes_per_s * 1e9 * gpu.hbm_efficiency
 
 
 def gemm_fwd_bwd(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bool
@@ -78,9 +98,10 @@ class LayerTimes:
 
     fwd: np.ndarray          # one transformer layer (average over dense and MoE layers), forward
     bwd: np.ndarray          # its backward
-    attention_fwd: np.ndarray  # the attention core's forward (what selective recomputation repeats)
+    attention_fwd: np.ndarray  # the attention core's forward
     logits_fwd: np.ndarray   # output projection + loss, on the last stage
     logits_bwd: np.ndarray
+    selective_fwd: np.ndarray  # what selective recomputation repeats in the backward pass
 
 
 def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard) -> LayerTimes:
@@ -99,16 +120,23 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
         mlp_f = (dense_n * dense_f + moe_n * moe_f) / m.layers
         mlp_b = (dense_n * dense_b + moe_n * moe_b) / m.layers
     mem_f = elementwise_bytes(m, training, shard) * t / hbm_bytes_per_s(gpu)
-    launches = C.KERNELS_PER_LAYER_FORWARD * C.KERNEL_OVERHEAD_S
-    fwd = qkv[0] + proj[0] + attn_f + mlp_f + mem_f + launches
+    if fp8:
+        mem_f = mem_f + fp8_weight_cast_bytes(m, shard) / hbm_bytes_per_s(gpu)
+    eager = training.elementwise == "eager"
+    launches = (C.KERNELS_PER_LAYER_EAGER if eager else C.KERNELS_PER_LAYER_FORWARD) * kernel_s(gpu)
+    gemm_f = qkv[0] + proj[0] + mlp_f
+    fwd = gemm_f + attn_f + mem_f + launches
     bwd = qkv[1] + proj[1] + attn_b + mlp_b + C.ELEMENTWISE_BACKWARD_FACTOR * mem_f + 2.0 * launches
+    # Selective recomputation repeats the attention core when attention is unfused (Korthikanti et al. 2022);
+    # with flash attention it repeats the element-wise ops and every other GEMM (memory._selective_flash).
+    selective = attn_f if training.attention == "unfused" else 0.5 * gemm_f + mem_f + launches
     logits_f, logits_b = gemm_fwd_bwd(t, m.vocab / tp, h, gpu, fp8)
     # Vocab-parallel cross-entropy in fp32 (Megatron): ~3 passes over the logits forward (max, exp-sum, loss),
     # ~2.5 backward, 4 bytes each.
     loss_bytes = t * m.vocab / tp * 4.0
     logits_f = logits_f + 3.0 * loss_bytes / hbm_bytes_per_s(gpu)
     logits_b = logits_b + 2.5 * loss_bytes / hbm_bytes_per_s(gpu)
-    return LayerTimes(fwd, bwd, attn_f, logits_f, logits_b)
+    return LayerTimes(fwd, bwd, attn_f, logits_f, logits_b, np.broadcast_to(selective, np.shape(fwd)).copy())
 
 
 def _mlp_times(t: np.ndarray, width: np.ndarray, h: int, up: int, gpu: GPUSpec, fp8: bool
@@ -149,7 +177,7 @@ def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: S
     if training.attention == "flash":
         # 4 s h FLOPs per query token over the square (model.flops_per_token), half of it under the causal mask.
         flops = 4.0 * t * m.seq_len * (m.hidden / shard.tp) * C.CAUSAL_FRACTION
-        fwd = flops / (gpu.peak_tflops * 1e12 * C.FLASH_ATTENTION_EFFICIENCY) + C.KERNEL_OVERHEAD_S
+        fwd = flops / (gpu.peak_tflops * 1e12 * gpu.sustained_clock * gpu.attention_efficiency) + kernel_s(gpu)
         return fwd, C.FLASH_BACKWARD_FACTOR * fwd
     # Unfused (Megatron 2020-21): batched GEMMs QK^T (s_q x s, K = head_dim) and PV (s_q x head_dim, K = s)
     # over micro_batch x heads/tp, plus fused scale-mask-softmax and dropout streaming the s x s scores.
@@ -157,7 +185,7 @@ def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: S
     rows = t * heads
     scores = gemm_fwd_bwd(rows, m.seq_len, d, gpu, False)
     values = gemm_fwd_bwd(rows, d, m.seq_len, gpu, False)
-    fwd_bytes, bwd_bytes = C.SOFTMAX_DROPOUT_BYTES if is_gpt_style(m) else C.SOFTMAX_BYTES
+    fwd_bytes, bwd_bytes = C.SOFTMAX_DROPOUT_BYTES if m.dropout else C.SOFTMAX_BYTES
     elements = rows * m.seq_len
     soft_f, soft_b = (elements * b / hbm_bytes_per_s(gpu) for b in (fwd_bytes, bwd_bytes))
     return scores[0] + values[0] + soft_f, scores[1] + values[1] + soft_b
@@ -170,23 +198,46 @@ def elementwise_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> np.
     reads 2h, writes h and a 1-byte mask (3.5h; a plain residual add 3h); the activation reads and writes
     the MLP width (GeLU 2f, SwiGLU 3f); rotary embedding rewrites Q and K. The h-wide work is repeated on every
     TP rank unless sequence parallelism splits it (Korthikanti et al. 2022, sec. 4.2.2).
+    training.elementwise = "eager" (PyTorch without torch.compile) runs Llama's RMSNorm, rotary embedding and
+    SwiGLU as chains of separate fp32 kernels; see EAGER_* in constants.py. LayerNorm and GeLU are one
+    kernel either way (torch.nn.functional).
     """
     h, tp = m.hidden, shard.tp
     gpt = is_gpt_style(m)
-    h_elems = (2 + 2 + 2 * (3.5 if gpt else 3.0)) * h
+    eager = training.elementwise == "eager" and not gpt
+    norm = C.EAGER_RMSNORM_BYTES / 2.0 if eager else 2.0
+    h_elems = (2 * norm + 2 * (3.5 if m.dropout else 3.0)) * h
     h_elems = np.where(shard.sp, h_elems / tp, h_elems)
     f = mlp_width_per_token(m)
-    split_elems = (2.0 if gpt else 3.0) * f / tp
+    split_elems = (2.0 if gpt else (C.EAGER_SWIGLU_BYTES / 2.0 if eager else 3.0)) * f / tp
     if not gpt:
-        split_elems = split_elems + 2.0 * (h + kv_dim(m)) / tp           # rotary on Q and K
+        rotary = C.EAGER_ROTARY_BYTES / 2.0 if eager else 2.0
+        split_elems = split_elems + rotary * (h + kv_dim(m)) / tp           # rotary on Q and K
     if m.is_moe:
         split_elems = split_elems + 4.0 * m.top_k * h / tp * m.moe_layers / m.layers  # dispatch + combine copies
     total = 2.0 * (h_elems + split_elems)
     if training.precision == "fp8":
-        # Transformer Engine casts each GEMM input to FP8: read 2 bytes, write 1 (qkv and MLP inputs h wide,
-        # projection and down inputs h/tp and f/tp wide).
-        total = total + 3.0 * (2 * h + h / tp + f / tp)
+        # Only the GEMMs run in FP8 (Transformer Engine, torchao float8): each GEMM input is scanned for its
+        # scale, cast and, for the weight-gradient GEMM on Hopper, written transposed, per element of the qkv and
+        # MLP inputs (h wide) and of the projection and down-projection inputs (h/tp and f/tp wide). Fused stacks
+        # fold the scan and cast into the norm or activation that produces the input (TE LayerNormLinear,
+        # torch.compile), leaving the FP8 copy and its transpose.
+        cast = C.FP8_CAST_BYTES_FUSED if training.elementwise == "fused" else C.FP8_CAST_BYTES
+        if training.fp8_recipe == "rowwise":
+            # Per-row scales: the backward GEMMs reduce along the other axis, so each input is scanned and cast
+            # again along it instead of reusing a transposed copy (torchao float8 rowwise).
+            cast = cast + C.FP8_ROWWISE_EXTRA_BYTES
+        total = total + cast * (2 * h + h / tp + f / tp)
     return total
+
+
+def fp8_weight_cast_bytes(m: ModelSpec, shard: Shard) -> np.ndarray:
+    """HBM bytes per micro-batch to cast one layer's weights to FP8 (read the 2-byte weight, write it and its
+    transpose in FP8: 4 bytes per parameter), repeated for every micro-batch (Transformer Engine casts in each
+    forward unless weights are kept in FP8; torchao float8 likewise)."""
+    h, kvd, f = m.hidden, kv_dim(m), mlp_width_per_token(m)
+    per_layer = (2 * h * h + 2 * h * kvd + (3 if m.gated_mlp else 2) * h * f) / shard.tp
+    return 4.0 * per_layer
 
 
 def optimizer_time(params_on_gpu: np.ndarray, gpu: GPUSpec) -> np.ndarray:

@@ -1,44 +1,31 @@
 """The few physical constants of the compute and memory model, with where each comes from.
 
 They are efficiencies and byte counts, never per-case corrections: one set serves every GPU, model and layout.
-The ones marked FITTED were fitted once on `planner/data/published_runs.json` (22 runs, A100 and V100)
-by `bench/calibrate.py`, which prints the fit; every other value comes from a cited measurement. Communication
+The ones marked FITTED were fitted by `bench/calibrate.py --fit` on the rows of both reference files that
+planner.holdout keeps in the fit (GEMM_K_HALF ended at the top of its range, 256; COMM_INTERFERENCE at 0.25); every other value comes from a cited measurement. Communication
 efficiencies live in `collectives.py` beside the collective model that uses them.
 """
 from __future__ import annotations
 
 # --- Matrix multiplies -----------------------------------------------------------------------------------
-# Sustained fraction of the dense tensor-core peak that a large, well-shaped BF16/FP16 GEMM reaches.
-# FITTED (bench/calibrate.py). For scale: cuBLAS reaches ~0.80-0.85 of peak on 8192^3 on A100 and H100/H200
-# (device notes: H200 ~790 of 989 TFLOP/s); a training step's GEMMs run a little below that.
-GEMM_EFFICIENCY = 0.80
-# FP8 GEMMs reach a lower fraction of their (2x) peak than BF16 GEMMs of theirs: cuBLASLt/Transformer Engine
-# FP8 on H100 sustains ~1,300-1,400 of 1,979 TFLOP/s against ~750-800 of 989 for BF16 (NVIDIA TE
-# benchmarks), a ratio of ~0.85.
-FP8_GEMM_RELATIVE_EFFICIENCY = 0.85
+# Achievable GEMM throughput, HBM efficiency, sustained clock and kernel overhead are per-GPU catalog data
+# (fixtures/gpus.json, each row with its source; spec fields cluster.gpu.gemm_efficiency etc.).
 # A GEMM tile pays a fixed prologue/epilogue; efficiency falls as K / (K + K_HALF) for a short reduction
 # dimension (CUTLASS main-loop pipelining; a tile must stream ~2-4 K-slices of 32-64 before it is busy).
-# FITTED within [32, 256] elements.
-GEMM_K_HALF = 64
+# This is the A100's; compute.k_half scales it with the GPU's peak per SM. FITTED within [32, 256] elements.
+GEMM_K_HALF = 256
 # Output tile of the GEMM kernels, for tile and wave quantization (CUTLASS/cuBLAS 128x128 default tiles).
 GEMM_TILE_M = 128
 GEMM_TILE_N = 128
 
 # --- Attention core -----------------------------------------------------------------------------------
-# Causal FlashAttention-2/3 fraction of the BF16 peak, forward and backward together (Dao 2023, FA2 paper
-# fig. 4-6: 50-73% of A100 peak for head dim 128; Shah et al. 2024, FA3: 60-75% of H100 peak forward, lower
-# backward). Not fittable on the published runs (all predate FlashAttention); the middle of those ranges.
-FLASH_ATTENTION_EFFICIENCY = 0.55
+# Causal flash attention's fraction of the BF16 peak is per-GPU catalog data (attention_efficiency).
 # FlashAttention's backward pass does 2.5x the forward's matmul work (it recomputes S and P): Dao 2023, sec. 3.
 FLASH_BACKWARD_FACTOR = 2.5
 # Causal masking lets flash attention skip half of the s x s square; unfused attention computes all of it.
 CAUSAL_FRACTION = 0.5
 
 # --- Memory-bound work ----------------------------------------------------------------------------------
-# Fraction of the HBM bandwidth that streaming element-wise kernels (norms, activations, dropout, softmax,
-# optimizer) reach. STREAM-like kernels reach ~0.85-0.92 of HBM peak on A100/H100 (NVIDIA, "CUDA C++ Best
-# Practices", effective bandwidth; babelstream). FITTED within [0.6, 0.92].
-HBM_EFFICIENCY = 0.85
 # HBM traffic of the element-wise kernels' backward relative to their forward, counted per element:
 # LayerNorm 8h vs 4h bytes (reads dy and x, writes dx, adds the residual gradient), bias-dropout-add 5h vs 7h,
 # GeLU 6f vs 4f (SwiGLU 10f vs 6f): 50h+6f vs 38h+4f for a GPT layer, ~1.3-1.4 overall.
@@ -48,12 +35,26 @@ ELEMENTWISE_BACKWARD_FACTOR = 1.35
 # dropout reads dy and the mask, writes dx).
 SOFTMAX_DROPOUT_BYTES = (9.0, 11.0)
 SOFTMAX_BYTES = (4.0, 6.0)  # without dropout
-# Fixed cost of one kernel (launch, ramp-up and tail), seconds. CUDA launch latency is ~3-5 us, a kernel's
-# tail another 1-3 us (NVIDIA Nsight traces of Megatron layers). FITTED within [2, 10] us.
-KERNEL_OVERHEAD_S = 4e-6
 # Kernels per transformer layer in the forward pass (Megatron fused kernels: norm, QKV, rotary or none,
 # attention 1-3, projection, bias-dropout-add, norm, MLP up, activation, MLP down, bias-dropout-add).
 KERNELS_PER_LAYER_FORWARD = 12
+# The same in eager PyTorch (no torch.compile): RMSNorm, rotary and SwiGLU each run as several kernels
+# (counted from torchtitan's llama model at 9dec370: 2 x 7 norm ops, 2 x 6 rotary ops, 3 SwiGLU ops, the GEMMs).
+KERNELS_PER_LAYER_EAGER = 36
+# Eager-PyTorch element-wise chains, HBM bytes per element (torchtitan/fms Llama at 2024, read + written):
+# RMSNorm x.float() 2+4, pow 4+4, mean 4, x * rsqrt 4+4, type_as 4+2, * weight 2+2 = 36 (fused: 4);
+# rotary via view_as_complex x.float() 2+4, complex multiply 4+4 (+ the angles), type_as 4+2 = 20 (fused: 4);
+# SwiGLU silu(g) 2+2 then * u 2+2+2 = 10 (fused: 6).
+EAGER_RMSNORM_BYTES = 36.0
+EAGER_ROTARY_BYTES = 20.0
+EAGER_SWIGLU_BYTES = 10.0
+# FP8 cast traffic per GEMM-input element: amax scan 2 + cast read 2 + write 1 + transposed write 1
+# (Transformer Engine / torchao float8 with dynamic or delayed per-tensor scaling; Micikevicius et al. 2022).
+FP8_CAST_BYTES = 6.0
+FP8_CAST_BYTES_FUSED = 2.0   # the FP8 copy and its transpose; scan and cast fused into the producing kernel
+# Rowwise scaling's second quantisation of each GEMM input along the other axis: read 2 (scan and cast in one
+# pass), write 1, instead of a transposed copy (torchao float8 rowwise recipe).
+FP8_ROWWISE_EXTRA_BYTES = 2.0
 
 # Mixed-precision Adam step: reads fp32 master weight, momentum, variance and gradient (16 B), writes the first
 # three (12 B) and the 16-bit weight (2 B), and zeroes the gradient (4 B): 34 bytes of HBM traffic per
@@ -80,6 +81,18 @@ FRAGMENTATION_FRACTION = 0.08
 # (bucketed, overlapped reduce-scatter/all-reduce as in PyTorch DDP and Megatron's --overlap-grad-reduce).
 # Communication kernels steal SMs and HBM bandwidth from the compute they overlap with.
 DP_OVERLAP_EFFICIENCY = 0.8
+# Fraction of overlapped ("hidden") communication time that still lands on the critical path: NCCL runs one
+# CTA per channel (16-32 channels on NVLink/InfiniBand systems, i.e. 12-24% of an H100's 132 SMs) and streams
+# through the HBM the overlapped GEMMs use (NCCL docs, NCCL_MIN/MAX_NCHANNELS; Rashidi et al. 2021, "Enabling
+# Compute-Communication Overlap in Distributed Deep Learning Training Platforms": 10-30% slowdown of the
+# overlapped compute). FITTED within [0.05, 0.3].
+COMM_INTERFERENCE = 0.25
+# Host-side cost of one ZeRO-3 / FSDP unit (one layer) per pass, seconds: its pre-forward / pre-backward hooks issue
+# the all-gather, wait on the rate limiter's event (FSDP limit_all_gathers keeps at most two gathers in flight, so
+# the CPU cannot run ahead of the GPU and its per-unit work becomes GPU idle time), build the flat parameter's
+# views, and after the backward reduce-scatter and copy the gradient shard (Zhao et al. 2023, PyTorch FSDP,
+# sec. 3.3-3.4). FITTED within [0, 3] ms by bench/calibrate.py --fit.
+ZERO3_UNIT_OVERHEAD_S = 0.0015
 
 ENGINE_VERSION = "1.0"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import constants as C
-from .model import ParamCount, is_gpt_style, kv_dim, mlp_width_per_token
+from .model import ParamCount, kv_dim, mlp_width_per_token
 from .spec import ModelSpec, TrainingSpec
 
 GIB = 1024.0 ** 3
@@ -89,17 +89,33 @@ def activation_bytes_per_token(m: ModelSpec, training: TrainingSpec, lay: Layout
     Returns (bytes stored under the candidate's recomputation, bytes of a fully materialised layer).
     """
     h, tp = m.hidden, lay.tp
-    dropout = is_gpt_style(m)
+    dropout = m.dropout
     replicated = (8.0 + (2.0 if dropout else 0.0)) * h
     replicated = np.where(lay.sp, replicated / tp, replicated)
     mlp_inner = (4.0 if not m.gated_mlp else 6.0) * mlp_width_per_token(m)
     split = (2.0 * h + 4.0 * kv_dim(m) + 2.0 * h + mlp_inner) / tp
-    squares = np.zeros(len(lay)) if training.attention == "flash" else \
-        (5.0 if dropout else 2.0) * m.heads * m.seq_len / tp
-    squares = np.where(lay.recompute == RECOMPUTE_CODES["selective"], 0.0, squares)
-    full = np.where(lay.sp, 2.0 * h / tp, 2.0 * h)
+    flash = training.attention == "flash"
+    squares = np.zeros(len(lay)) if flash else (5.0 if dropout else 2.0) * m.heads * m.seq_len / tp
     per_token = replicated + split + squares
-    return np.where(lay.recompute == RECOMPUTE_CODES["full"], full, per_token), per_token
+    # Selective recomputation: with unfused attention it repeats the attention core and drops the squares
+    # (Korthikanti et al. 2022, sec. 5); flash attention never stores them, and selective recomputation there
+    # repeats the element-wise ops and part of the GEMMs instead (_selective_flash).
+    selective = np.where(flash, _selective_flash(m, lay), per_token - squares)
+    full = np.where(lay.sp, 2.0 * h / tp, 2.0 * h)
+    stored = np.select([lay.recompute == RECOMPUTE_CODES["full"], lay.recompute == RECOMPUTE_CODES["selective"]],
+                       [full, selective], per_token)
+    return stored, per_token
+
+
+def _selective_flash(m: ModelSpec, lay: Layouts) -> np.ndarray:
+    """Bytes per token a layer keeps under selective recomputation with flash attention: its input and the
+    attention output (2h each), and every other GEMM output (Q, V, the MLP's first and its output projection),
+    the norms and activations being recomputed (torchtitan's per-op SAC policy, which saves the outputs of
+    SDPA and of every second matmul; Megatron-Core's --recompute-modules keep a similar share)."""
+    h, tp = m.hidden, lay.tp
+    h_wide = 4.0 * h / np.where(lay.sp, tp, 1)
+    split = (2.0 * h + 2.0 * h + 2.0 * kv_dim(m) + 2.0 * mlp_width_per_token(m)) / tp
+    return h_wide + split
 
 
 @dataclass(frozen=True)
@@ -125,14 +141,27 @@ def memory_per_gpu(m: ModelSpec, training: TrainingSpec, pc: ParamCount, lay: La
         return bytes_per_param * (np.where(on, p.dense / dense_shards, p.dense)
                                   + np.where(on, p.expert / expert_shards, p.expert))
 
-    weights = sharded(3, C.WEIGHT_BYTES)
+    # ZeRO-3 / FSDP keeps no sharded 16-bit copy: the fp32 master (in OPTIMIZER_BYTES) is the parameter, and
+    # the 16-bit weights exist only while a layer is gathered (Zhao et al. 2023, PyTorch FSDP, sec. 4: flat
+    # parameters, mixed precision casts the gathered shard).
+    weights = np.where(lay.zero >= 3, 0.0, sharded(3, C.WEIGHT_BYTES))
     grads = sharded(2, C.GRAD_BYTES[training.precision])
     optimizer = sharded(1, C.OPTIMIZER_BYTES)
     activations = _activations(m, training, lay)
-    buffers = _comm_buffers(m, lay)
-    other = C.RUNTIME_RESERVE_GIB * GIB + buffers + C.FRAGMENTATION_FRACTION * (
-        weights + grads + optimizer + activations)
+    buffers = _comm_buffers(m, lay) + _gathered_layers(m, training, pc, lay)
+    # Persistent state lives in flat buffers allocated once; fragmentation of the caching allocator hits the
+    # tensors allocated and freed every micro-batch, i.e. the activations.
+    other = C.RUNTIME_RESERVE_GIB * GIB + buffers + C.FRAGMENTATION_FRACTION * activations
     return MemoryBreakdown(weights, grads, optimizer, activations, other)
+
+
+def _gathered_layers(m: ModelSpec, training: TrainingSpec, pc: ParamCount, lay: Layouts) -> np.ndarray:
+    """ZeRO-3 / FSDP unsharded buffers: the layer being computed and the one prefetched (2-byte weights), and
+    one layer's unsharded gradient before its reduce-scatter (FSDP: forward_prefetch/backward_prefetch keep at
+    most two all-gathers in flight, limit_all_gathers; Zhao et al. 2023, sec. 3.3)."""
+    per_layer = (pc.total - pc.embedding - pc.output) / m.layers / lay.tp
+    grad = C.GRAD_BYTES[training.precision]
+    return np.where(lay.zero >= 3, per_layer * (2 * C.WEIGHT_BYTES + grad), 0.0)
 
 
 def _activations(m: ModelSpec, training: TrainingSpec, lay: Layouts) -> np.ndarray:

@@ -19,6 +19,8 @@ step time is compared with the measured one. Interpretation rules for rows, stat
 from __future__ import annotations
 
 import json
+import math
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,18 +32,33 @@ from .report import plan
 from .errors import SpecError
 from .spec import PlanSpec, parse_spec
 
-GPU_BY_KEYWORD = (("GB200", "GB200"), ("B200", "B200"), ("H200", "H200 SXM 141GB"), ("H800", "H800 SXM5 80GB"),
-                  ("H100", "H100 SXM5 80GB"), ("V100", "V100 SXM3 32GB"))
-NODE_BY_GPU = {"GB200": "GB200 NVL72 compute tray", "B200": "DGX B200", "H200 SXM 141GB": "HGX H200",
-               "H800 SXM5 80GB": "HGX H800", "H100 SXM5 80GB": "DGX H100", "V100 SXM3 32GB": "DGX-2 (V100)",
-               "A100 SXM4 80GB": "DGX A100", "A100 SXM4 40GB": "DGX A100"}
+# Keyword in the row's gpu_type -> catalog GPU, first match wins (so "GB200" is not read as "B200"). H100s whose
+# row says HBM2e are Meta's 96 GB, 500 W-capped Grand Teton part (torchtitan rows), a catalog GPU of its own.
+GPU_BY_KEYWORD = (("GB300", "GB300"), ("B300", "B300"), ("GB200", "GB200"), ("B200", "B200"),
+                  ("H200", "H200 SXM 141GB"), ("H800", "H800 SXM5 80GB"), ("H100", "H100 SXM5 80GB"), ("V100", "V100 SXM3 32GB"))
+NODE_BY_GPU = {"GB300": "GB300 NVL72 compute tray", "B300": "HGX B300", "GB200": "GB200 NVL72 compute tray",
+               "B200": "DGX B200", "H200 SXM 141GB": "HGX H200", "H800 SXM5 80GB": "HGX H800",
+               "H100 SXM5 80GB": "DGX H100", "H100 SXM5 96GB HBM2e 500W": "DGX H100",
+               "V100 SXM3 32GB": "DGX-2 (V100)", "A100 SXM4 80GB": "DGX A100", "A100 SXM4 40GB": "DGX A100"}
 FABRIC_BY_PORT = {100: "EDR InfiniBand fat tree", 200: "HDR InfiniBand fat tree", 400: "NDR InfiniBand fat tree",
                   800: "XDR InfiniBand fat tree"}
 PRE_FLASH_GPUS = ("V100", "A100")
+# Vocabulary of a tokenizer a row names but whose size it leaves out: the padded vocab_size of the model's
+# published config.json (DeepSeek-V3: 129,280 = 40 x 3,232; Qwen3: 151,936 = 128 x 1,187, the rows' stated
+# make_vocab_size_divisible_by).
+VOCAB_BY_TOKENIZER = (("deepseek-v3", 129_280), ("qwen3", 151_936))
+# GPT-3-like rows that state no vocabulary (Zero Bubble, sec. 5.1) used Megatron-LM's GPT-2 BPE, 50,257 tokens
+# padded to a multiple of 128: 50,304.
+GPT2_VOCAB_PADDED = 50_304
+# Rows whose authors explored the local batch per run without stating it: the search may pick any micro-batch
+# dividing this many sequences per GPU (with gradient accumulation over the rest).
+EXPLORED_LOCAL_BATCH = 16
 
 
 def gpu_name(row: dict[str, Any]) -> str:
     text = (row.get("gpu_type") or "").upper()
+    if "H100" in text and "HBM2E" in text:
+        return "H100 SXM5 96GB HBM2e 500W"
     for keyword, name in GPU_BY_KEYWORD:
         if keyword in text:
             return name
@@ -49,10 +66,20 @@ def gpu_name(row: dict[str, Any]) -> str:
     return "A100 SXM4 80GB" if big else "A100 SXM4 40GB"
 
 
+def _derived(row: dict[str, Any], key: str) -> Any:
+    return (row.get("derived") or {}).get(key)
+
+
 def _recompute(row: dict[str, Any]) -> str | None:
+    """The row's recompute text: "full ...", "selective ..." (per-op or per-block: the engine's one selective
+    mode), "none ..."; "not stated" leaves it to the search."""
     text = (row.get("recompute") or "").lower()
+    if text.startswith("not stated") or "not stated" in text[:40]:
+        return None
+    if any(word in text for word in ("block-level", "per-layer", "every k-th")):
+        return None  # checkpoints an unstated fraction of the blocks: between none and full, the search picks
     for value in ("selective", "full", "none"):
-        if text.startswith(value) or (value == "none" and text.startswith("no")):
+        if text.startswith(value) or (value == "none" and text.startswith("no ")):
             return value
     if "megatron-lm readme" in row.get("source", {}).get("title", "").lower():
         return "full"
@@ -60,26 +87,32 @@ def _recompute(row: dict[str, Any]) -> str | None:
 
 
 def _zero(sharding: Any) -> int:
-    """optimizer_sharding: null or false -> 0; a ZeRO stage number, or "distributed optimizer" -> 1."""
+    """optimizer_sharding: null or false -> 0; a ZeRO stage number; FSDP full shard / FSDP2 fully_shard / hybrid
+    shard / ZeRO-3 -> 3; FSDP SHARD_GRAD_OP / ZeRO-2 -> 2; "distributed optimizer" or ZeRO-1 -> 1."""
     if isinstance(sharding, int) and not isinstance(sharding, bool):
         return sharding
     text = str(sharding or "").lower()
-    for stage in ("3", "2"):
-        if f"zero-{stage}" in text or f"zero {stage}" in text or f"stage {stage}" in text or "fsdp" in text and stage == "3":
-            return int(stage)
-    return 1 if text and text not in ("none", "false", "no") else 0
+    if not text or text in ("none", "false", "no"):
+        return 0
+    if "shard_grad_op" in text or "zero-2" in text or "zero 2" in text or "stage 2" in text:
+        return 2
+    if any(word in text for word in ("zero-3", "zero 3", "stage 3", "full_shard", "fully_shard", "fsdp",
+                                     "hybrid_shard")):
+        return 3
+    return 1
 
 
 def _precision(row: dict[str, Any], gpu: str) -> str:
-    """fp8 and bf16 as stated; "fp16", "16-bit" or unstated on V100/A100 -> fp16 (Megatron trained GPT in fp16
-    until 2021; only the gradient width, 2 vs 4 bytes, differs in the model)."""
+    """fp8 for any FP8 recipe (Transformer Engine delayed/blockwise, MXFP8, torchao Float8); bf16 as stated;
+    "fp16", "16-bit" or unstated on V100/A100 -> fp16 (Megatron trained GPT in fp16 until 2021; only the gradient
+    width, 2 vs 4 bytes, differs in the model)."""
     text = (row.get("precision") or "").lower()
-    if "fp8" in text:
+    if "fp8" in text or "float8" in text:
         return "fp8"
     if "bf16" in text:
         return "bf16"
     pre_bf16 = any(g in gpu for g in PRE_FLASH_GPUS)
-    return "fp16" if "fp16" in text or "16-bit" in text or (not text and pre_bf16) else "bf16"
+    return "fp16" if ("fp16" in text or "16-bit" in text or not text) and pre_bf16 else "bf16"
 
 
 def _gated(row: dict[str, Any], catalog: Catalog) -> bool:
@@ -89,15 +122,88 @@ def _gated(row: dict[str, Any], catalog: Catalog) -> bool:
     notes = (row.get("arch_notes") or "").lower()
     if any(word in notes for word in ("swiglu", "gated", "geglu")):
         return True
-    if any(word in notes for word in ("gelu", "4h mlp")):
+    if any(word in notes for word in ("gelu", "4h mlp", "relu")):
         return False
     stated = row.get("params_billion")
-    if stated:
+    if stated and not row.get("experts"):
         def error(gated: bool) -> float:
             doc = row_to_spec_doc(row, catalog, gated=gated)
             return abs(param_count(parse_spec(doc, catalog).model).total / 1e9 - stated)
         return error(True) < error(False)
     return bool(row.get("ffn_hidden")) and row["ffn_hidden"] != 4 * row["hidden"]
+
+
+def _dropout(row: dict[str, Any]) -> bool | None:
+    """Off when the notes say "dropout 0" and for MPT (llm-foundry MPTConfig: attn_pdrop = resid_pdrop =
+    emb_pdrop = 0); otherwise the engine's default (on for GPT-style models)."""
+    text = " ".join(str(row.get(k) or "") for k in ("arch_notes", "model")).lower()
+    return False if "dropout 0" in text or text.startswith("mpt") or " mpt" in text[:40] else None
+
+
+def _vocab(row: dict[str, Any]) -> int | None:
+    if row.get("vocab"):
+        return row["vocab"]
+    notes = (row.get("arch_notes") or "").lower()
+    for tokenizer, size in VOCAB_BY_TOKENIZER:
+        if f"tokenizer {tokenizer}" in notes or f"/{tokenizer}" in notes:
+            return size
+    if "gpt-3" in (row.get("model") or "").lower() or "gpt-3" in notes:
+        return GPT2_VOCAB_PADDED
+    return None
+
+
+def _global_batch(row: dict[str, Any]) -> int | None:
+    """Stated, else derived (sequences, or tokens per batch / seq_len), else one micro-batch per DP rank (the
+    rows without one say no gradient accumulation was used)."""
+    if row.get("global_batch"):
+        return row["global_batch"]
+    if _derived(row, "derived_global_batch"):
+        return int(_derived(row, "derived_global_batch"))
+    if _derived(row, "derived_tokens_per_batch"):
+        return int(_derived(row, "derived_tokens_per_batch")) // row["seq_len"]
+    dp = row.get("dp") or _derived(row, "derived_dp")
+    if dp and not row.get("micro_batch") and "explored per run" in (row.get("recompute") or "").lower():
+        # The authors picked the best local batch per run: offer the search up to EXPLORED_LOCAL_BATCH per GPU.
+        return dp * EXPLORED_LOCAL_BATCH
+    return dp * (row.get("micro_batch") or 1) if dp else None
+
+
+def _model_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None) -> dict[str, Any]:
+    notes = (row.get("arch_notes") or "").lower()
+    model = {"name": row["model"], "layers": row["layers"], "hidden": row["hidden"], "heads": row["heads"],
+             "kv_heads": row.get("kv_heads"), "ffn_hidden": row.get("ffn_hidden"), "vocab": _vocab(row),
+             "seq_len": row["seq_len"], "gated_mlp": _gated(row, catalog) if gated is None else gated,
+             "tied_embeddings": "tied" in notes and "untied" not in notes, "dropout": _dropout(row)}
+    for key in ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "dense_layers"):
+        if row.get(key):
+            model[key] = row[key]
+    return model
+
+
+def _layout_doc(row: dict[str, Any]) -> dict[str, Any]:
+    layout = {k: row.get(k) if row.get(k) is not None else _derived(row, f"derived_{k}")
+              for k in ("tp", "pp", "dp", "cp", "ep", "micro_batch")}
+    interleaved = "interleaved" in (row.get("pipeline_schedule") or "").lower()
+    vp = row.get("vp") or _derived(row, "derived_vp") or (interleaved and _derived(row, "derived_chunks_per_stage"))
+    schedule = (row.get("pipeline_schedule") or "").lower()
+    layout["vpp"] = _first_int(vp) or (1 if "1f1b" in schedule and not interleaved else None)
+    layout["recompute"] = _recompute(row)
+    layout["sequence_parallel"] = bool(row.get("sequence_parallel")) and (layout["tp"] or 1) > 1
+    if layout["ep"] and layout["dp"] and layout["dp"] % layout["ep"]:
+        # Megatron-Core folds EP over TP x DP when expert TP is 1; the engine carves EP out of DP only.
+        layout["ep"] = math.gcd(layout["ep"], layout["dp"])
+    layout["zero"] = _zero(row.get("optimizer_sharding"))
+    layout["cp"] = layout["cp"] or 1
+    layout["ep"] = layout["ep"] or 1
+    return {k: v for k, v in layout.items() if v is not None}
+
+
+def _first_int(value: Any) -> int | None:
+    """3, 3.0 or "3 (middle) / 2 (ends)" -> 3 (the busiest stage's count); None when absent."""
+    if value is None:
+        return None
+    digits = re.match(r"\s*(\d+)", str(value))
+    return int(digits.group(1)) if digits else None
 
 
 def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = None) -> dict[str, Any]:
@@ -109,26 +215,60 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
                        ("nvlink_gbytes_per_s_per_gpu", "nvlink_gbytes_per_s")):
         if row.get(key):
             node[field] = row[key]
+    if row["gpus"] < node["gpus"]:
+        node["gpus"] = node["nvlink_domain_gpus"] = row["gpus"]  # part of one node (Zero Bubble's 8-GPU rows)
+    if node["nvlink_domain_gpus"] == 72 and row["gpus"] % 72 and row["gpus"] % 64 == 0:
+        node["nvlink_domain_gpus"] = 64  # NVL72 racks run jobs of 64 GPUs (16 of 18 trays, 2 spares)
     fabric = FABRIC_BY_PORT.get(int(node["nic_gbits_per_s"]), "NDR InfiniBand fat tree")
-    model = {"name": row["model"], "layers": row["layers"], "hidden": row["hidden"], "heads": row["heads"],
-             "kv_heads": row.get("kv_heads"), "ffn_hidden": row.get("ffn_hidden"), "vocab": row["vocab"],
-             "seq_len": row["seq_len"], "gated_mlp": _gated(row, catalog) if gated is None else gated,
-             "tied_embeddings": "tied" in (row.get("arch_notes") or "").lower()}
-    for key in ("experts", "top_k"):
-        if row.get(key):
-            model[key] = row[key]
-    layout = {k: row.get(k) for k in ("tp", "pp", "dp", "cp", "ep", "micro_batch")}
-    layout["vpp"] = row.get("vp")
-    layout["recompute"] = _recompute(row)
-    layout["sequence_parallel"] = bool(row.get("sequence_parallel"))
-    layout["zero"] = _zero(row.get("optimizer_sharding"))
-    layout["cp"] = layout["cp"] or 1
-    layout["ep"] = layout["ep"] or 1
-    attention = "unfused" if any(g in gpu for g in PRE_FLASH_GPUS) else "flash"
-    return {"model": model,
-            "training": {"global_batch": row["global_batch"], "precision": _precision(row, gpu), "attention": attention},
+    attention = "unfused" if any(g in gpu for g in PRE_FLASH_GPUS) and _pre_flash(row) else "flash"
+    return {"model": _model_doc(row, catalog, gated),
+            "training": {"global_batch": _global_batch(row), "precision": _precision(row, gpu),
+                         "attention": attention, "tp_comm_overlap": _tp_overlap(row),
+                         "elementwise": _elementwise(row),
+                         "ep_comm_overlap": "overlap_moe_expert_parallel_comm true" in (row.get("notes") or "").lower(),
+                         "fp8_param_gather": _fp8_gather(row),
+                         "fp8_recipe": "rowwise" if "rowwise" in (row.get("precision") or "").lower() else "tensorwise",
+                         "ep_dispatch": "dedup" if any(w in (row.get("notes") or "").lower()
+                                                       for w in ("deepep", "hybridep")) else "all_to_all"},
             "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},
-            "layout": {k: v for k, v in layout.items() if v is not None}}
+            "layout": _layout_doc(row)}
+
+
+def _tp_overlap(row: dict[str, Any]) -> bool:
+    """TP communication overlap when the row names it: torchtitan async TP, Megatron --tp-comm-overlap."""
+    text = " ".join(str(row.get(k) or "") for k in ("id", "precision", "notes", "model")).lower()
+    if "vanilla tp" in text or "vanillatp" in text:
+        return False  # the synchronous baseline of an async-TP comparison
+    return any(word in text for word in ("asynctp", "async tp", "async-tp", "tp-comm-overlap", "tp_comm_overlap"))
+
+
+def _elementwise(row: dict[str, Any]) -> str:
+    """Eager for PyTorch-stack rows (the F_ groups) unless they say torch.compile was on; fused for Megatron."""
+    if not str(row.get("group") or "").startswith("F_"):
+        return "fused"
+    text = " ".join(str(row.get(k) or "") for k in ("id", "precision", "notes")).lower()
+    off = any(w in text for w in ("compile: off", "compile=false", "compile = false"))
+    on = any(w in text for w in ("compile on", "compile: on", "+ torch.compile", "(torch.compile)", "_compile"))
+    return "fused" if on and not off else "eager"
+
+
+def _fp8_gather(row: dict[str, Any]) -> bool:
+    """FP8 parameter gathers when the row says so (fp8_param_gather, float8 all-gather, "fp8ag")."""
+    text = " ".join(str(row.get(k) or "") for k in ("id", "precision", "notes")).lower()
+    if "bf16 fsdp all-gather" in text or "bf16ag" in text:
+        return False
+    return any(w in text for w in ("fp8_param_gather true", "fp8_param_gather", "float8 all-gather",
+                                   "float8_all_gather=true", "fp8ag", "float8 fsdp2 all-gather"))
+
+
+def _pre_flash(row: dict[str, Any]) -> bool:
+    """Runs before FlashAttention (2022) used unfused attention: the 2020-21 Megatron rows of published_runs.json.
+    Rows of the calibration set say which kernel they used, and all later stacks use a fused one (FlashAttention,
+    Triton or SDPA), as does Zero Bubble's Megatron fork (2023)."""
+    text = " ".join(str(row.get(k) or "") for k in ("notes", "arch_notes", "model")).lower()
+    if any(word in text for word in ("flash", "triton", "sdpa", "zero bubble")):
+        return False
+    return not str(row.get("group") or "").startswith(("F_", "M_"))
 
 
 def measured_step_time(row: dict[str, Any], spec: PlanSpec) -> float | None:

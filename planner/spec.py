@@ -23,6 +23,9 @@ RECOMPUTE = ("none", "selective", "full")
 TOPOLOGIES = ("fat_tree", "rail_optimized", "dragonfly", "torus")
 FABRIC_KINDS = ("infiniband", "roce", "ethernet", "efa")
 ATTENTION_KERNELS = ("flash", "unfused")
+ELEMENTWISE_MODES = ("fused", "eager")
+EP_DISPATCH = ("all_to_all", "dedup")
+FP8_RECIPES = ("tensorwise", "rowwise")
 # Rank orders, innermost first. TP is always innermost (it must stay inside an NVLink domain); the two orders
 # that matter differ in whether DP or PP gets the nearer GPUs (the same leaf switch or rail group).
 RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
@@ -60,6 +63,9 @@ MODEL_FIELDS = (
     Field("shared_experts", int, 0, lo=0, hi=64, help="Always-active shared experts per MoE layer (DeepSeek)."),
     Field("dense_layers", int, 0, lo=0, hi=2048, help="Leading layers with a dense MLP in an MoE model."),
     Field("tied_embeddings", bool, False, help="Input and output embeddings share one matrix."),
+    Field("dropout", bool, None,
+          help="Dropout after attention and MLP (keeps 1-byte masks, streams more bytes). Default: on for a "
+               "non-gated (GPT-style) MLP, as Megatron GPT; off for Llama-style models (MPT sets 0 too)."),
 )
 
 TRAINING_FIELDS = (
@@ -71,6 +77,24 @@ TRAINING_FIELDS = (
     Field("overlap_grad_reduce", bool, True,
           help="Overlap the data-parallel gradient reduction with the backward pass (PyTorch DDP, Megatron "
                "--overlap-grad-reduce); off = reduce after the backward pass."),
+    Field("tp_comm_overlap", bool, False,
+          help="Overlap tensor-parallel collectives with the GEMMs they feed (Megatron --tp-comm-overlap, "
+               "torchtitan async TP); off = synchronous, the Megatron default."),
+    Field("fp8_recipe", str, "tensorwise", choices=FP8_RECIPES,
+          help="With fp8: tensorwise (one scale per tensor: Transformer Engine delayed scaling, torchao tensorwise) "
+               "or rowwise (one per row; each input is quantised again along the other axis for the backward)."),
+    Field("fp8_param_gather", bool, False,
+          help="With fp8: gather parameters in FP8, 1 byte each (FSDP2 float8 all-gather, Megatron "
+               "--fp8-param-gather); off = 16-bit gathers."),
+    Field("ep_dispatch", str, "all_to_all", choices=EP_DISPATCH,
+          help="MoE token dispatch: all_to_all (a copy per routed expert) or dedup (DeepEP/HybridEP: one copy per "
+               "remote NVLink domain, fanned out over NVLink)."),
+    Field("ep_comm_overlap", bool, False,
+          help="Overlap MoE all-to-alls with another micro-batch's compute (Megatron-Core "
+               "--overlap-moe-expert-parallel-comm); off = on the critical path."),
+    Field("elementwise", str, "fused", choices=ELEMENTWISE_MODES,
+          help="How norms, rotary embedding and activations run: fused kernels (Megatron, Transformer Engine, "
+               "torch.compile) or eager PyTorch, one kernel per operation in fp32."),
     Field("attention", str, "flash", choices=ATTENTION_KERNELS,
           help="Attention kernel: flash (fused, causal, no s x s matrix in memory) or unfused "
                "(Megatron before FlashAttention, 2022)."),
@@ -85,6 +109,23 @@ GPU_FIELDS = (
           help="Dense FP8 tensor-core peak; empty = 2 x peak_tflops (Hopper and later), 0 = no FP8."),
     Field("sm_count", int, 132, lo=1, hi=10_000,
           help="Streaming multiprocessors, for GEMM wave quantization (A100 108, H100 132, B200 148)."),
+    # Achievable-throughput constants: catalog data per GPU type, each with its source in fixtures/gpus.json;
+    # the defaults below are for a custom GPU nobody has measured (the middle of the measured GPUs).
+    Field("gemm_efficiency", float, 0.80, lo=0.05, hi=1.0,
+          help="Fraction of the dense BF16 peak a large, well-shaped GEMM reaches (cuBLAS maximum achievable "
+               "matmul FLOPS: A100 0.87, H100 0.80, B200 0.78)."),
+    Field("fp8_gemm_efficiency", float, 0.72, lo=0.05, hi=1.0,
+          help="Fraction of the dense FP8 peak a large FP8 GEMM reaches (H100 0.71, B200 0.76)."),
+    Field("sustained_clock", float, 1.0, lo=0.3, hi=1.0,
+          help="Tensor-core clock sustained under the power cap in training, as a fraction of the clock the peak "
+               "is quoted at (1 = no throttling; a 500 W-capped H100 runs lower)."),
+    Field("hbm_efficiency", float, 0.85, lo=0.3, hi=1.0,
+          help="Fraction of the HBM bandwidth that streaming (element-wise) kernels reach."),
+    Field("kernel_overhead_us", float, 4.0, lo=0.0, hi=1000.0, unit="µs",
+          help="Fixed cost of one kernel: launch, ramp-up and tail."),
+    Field("attention_efficiency", float, 0.55, lo=0.05, hi=1.0,
+          help="Fraction of the BF16 peak causal flash attention reaches, forward and backward (FlashAttention-2 "
+               "on A100 0.55; on H100 0.40)."),
 )
 
 NODE_FIELDS = (
@@ -165,6 +206,7 @@ class ModelSpec:
     shared_experts: int
     dense_layers: int
     tied_embeddings: bool
+    dropout: bool = True
 
     @property
     def is_moe(self) -> bool:
@@ -186,6 +228,12 @@ class TrainingSpec:
     tokens: float | None
     overlap_grad_reduce: bool
     attention: str
+    tp_comm_overlap: bool = False
+    elementwise: str = "fused"
+    ep_comm_overlap: bool = False
+    fp8_param_gather: bool = False
+    ep_dispatch: str = "all_to_all"
+    fp8_recipe: str = "tensorwise"
 
 
 @dataclass(frozen=True)
@@ -196,6 +244,12 @@ class GPUSpec:
     memory_gbytes_per_s: float
     fp8_tflops: float | None
     sm_count: int
+    gemm_efficiency: float = 0.80
+    fp8_gemm_efficiency: float = 0.72
+    sustained_clock: float = 1.0
+    hbm_efficiency: float = 0.85
+    kernel_overhead_us: float = 4.0
+    attention_efficiency: float = 0.55
 
     @property
     def fp8_peak_tflops(self) -> float:
@@ -454,6 +508,7 @@ def _fill_model_defaults(m: dict[str, Any]) -> None:
     m["kv_heads"] = m["kv_heads"] or m["heads"]
     m["ffn_hidden"] = m["ffn_hidden"] or 4 * m["hidden"]
     m["expert_ffn_hidden"] = m["expert_ffn_hidden"] or m["ffn_hidden"]
+    m["dropout"] = not m["gated_mlp"] if m["dropout"] is None else m["dropout"]
 
 
 def _check_model(m: dict[str, Any], errs: _Collector) -> None:

@@ -89,9 +89,9 @@ def step_times(spec: PlanSpec, pc: ParamCount, lay: Layouts, placement: dict[str
     n = stage_layers(m.layers, lay.pp).astype(float)
     tokens = lay.micro_batch * m.seq_len / lay.cp
     params = params_on_gpu(m, pc, lay).total
-    colls = (_tp_comm(spec, lay, placement, tokens, n, micro)
+    colls = (_tp_comm(spec, lay, placement, tokens, n, micro, fwd + bwd)
              + [_cp_comm(spec, lay, placement, tokens, n, micro, lt),
-                _ep_comm(spec, lay, placement, tokens, n, micro),
+                _ep_comm(spec, lay, placement, tokens, n, micro, fwd + bwd),
                 _pp_comm(spec, lay, placement, tokens, micro)]
              + _dp_comm(spec, lay, placement, params, fwd, bwd, micro))
     exposed = {f"{g}_comm": sum((c.exposed_s for c in colls if c.group == g), np.zeros(len(lay)))
@@ -107,13 +107,13 @@ def step_times(spec: PlanSpec, pc: ParamCount, lay: Layouts, placement: dict[str
 def _stage_compute(spec: PlanSpec, lay: Layouts, lt: LayerTimes) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds per micro-batch on the slowest stage. The last stage also runs the output
     layer and the loss; with an uneven split it has one layer fewer. Recomputation adds to the backward:
-    full repeats each layer's forward, selective the attention core (Korthikanti et al. 2022)."""
+    full repeats each layer's forward, selective what compute.layer_times says it repeats."""
     layers = spec.model.layers
     n = stage_layers(layers, lay.pp)
     deficit = lay.pp * n - layers
     n_last = np.where(lay.pp == 1, n, n - (deficit >= 1))
     recompute = np.select([lay.recompute == RECOMPUTE_CODES["full"], lay.recompute == RECOMPUTE_CODES["selective"]],
-                          [lt.fwd, lt.attention_fwd], 0.0)
+                          [lt.fwd, lt.selective_fwd], 0.0)
     bwd_layer = lt.bwd + recompute
     mid = n * (lt.fwd + bwd_layer)
     last = n_last * (lt.fwd + bwd_layer) + lt.logits_fwd + lt.logits_bwd
@@ -130,6 +130,9 @@ def _collective(spec: PlanSpec, placement: dict[str, GroupColumn], group: str, o
     candidates that make calls are costed (the others' totals are zero whatever one call would cost)."""
     col = placement[over or group]
     nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), col.index.shape)
+    if not np.any(calls):  # nobody makes this call (e.g. the ZeRO-3 collectives of ZeRO-1 candidates)
+        zero = np.zeros(len(col.index))
+        return Collective(group, op, nbytes, zero, zero, zero.copy(), {}, "none", over)
     table = col.table(op, spec.cluster)
     calls = np.where(table.active[col.index], calls, 0.0)
     busy = np.flatnonzero(calls > 0)
@@ -147,16 +150,25 @@ def _spread(values: np.ndarray, where: np.ndarray, n: int) -> np.ndarray:
 
 
 def _tp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], tokens: np.ndarray, n: np.ndarray,
-             micro: np.ndarray) -> list[Collective]:
+             micro: np.ndarray, compute: np.ndarray) -> list[Collective]:
     """Megatron TP: two all-reduces of the h-wide activations per layer forward and two backward (Shoeybi et al.
     2019, fig. 4); with sequence parallelism each becomes a reduce-scatter + all-gather pair of the same bytes
-    (Korthikanti et al. 2022, sec. 4.2.2). Full recomputation repeats the forward's."""
+    (Korthikanti et al. 2022, sec. 4.2.2). Full recomputation repeats the forward's. Synchronous by default;
+    training.tp_comm_overlap (Megatron --tp-comm-overlap, torchtitan async TP) splits each GEMM into chunks
+    that overlap the collectives of their neighbours (Wang et al. 2023, "Overlap Communication with Dependent
+    Computation via Decomposition"), so only the excess over the layer's compute and the interference remain."""
     nbytes = tokens * spec.model.hidden * ACT_BYTES
     calls = (4.0 + np.where(lay.recompute == RECOMPUTE_CODES["full"], 2.0, 0.0)) * n * micro
     plain, split = np.where(lay.sp, 0.0, calls), np.where(lay.sp, calls, 0.0)
-    return [_collective(spec, placement, "tp", "all_reduce", nbytes, plain),
-            _collective(spec, placement, "tp", "reduce_scatter", nbytes, split),
-            _collective(spec, placement, "tp", "all_gather", nbytes, split)]
+    colls = [_collective(spec, placement, "tp", "all_reduce", nbytes, plain),
+             _collective(spec, placement, "tp", "reduce_scatter", nbytes, split),
+             _collective(spec, placement, "tp", "all_gather", nbytes, split)]
+    if spec.training.tp_comm_overlap:
+        total = sum(c.time_s for c in colls)
+        exposed = _exposed(total, C.DP_OVERLAP_EFFICIENCY * compute * micro)
+        for c in colls:
+            c.exposed_s = exposed * _share(c.time_s, total)
+    return colls
 
 
 def _cp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], tokens: np.ndarray, n: np.ndarray,
@@ -174,14 +186,36 @@ def _cp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
 
 
 def _ep_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], tokens: np.ndarray, n: np.ndarray,
-             micro: np.ndarray) -> Collective:
+             micro: np.ndarray, compute: np.ndarray) -> Collective:
     """MoE token dispatch and combine: two all-to-alls per MoE layer forward, two backward (Lepikhin et al.
-    2020, GShard), each sending the rank's tokens x top_k h-wide rows; on the critical path."""
+    2020, GShard), each sending the rank's tokens x top_k h-wide rows; in FP8 training the dispatch travels in
+    FP8 (DeepEP / HybridEP quantise before sending), the combine in BF16. training.ep_dispatch = "dedup" sends a
+    token once per remote NVLink domain (dedup_ratio). On the critical path unless training.ep_comm_overlap
+    (Megatron-Core --overlap-moe-expert-parallel-comm: one micro-batch's all-to-alls run during another's
+    compute), which leaves the excess over the compute and the interference."""
     m = spec.model
-    nbytes = tokens / lay.tp * m.top_k * m.hidden * ACT_BYTES
+    act_bytes = 1.5 if spec.training.precision == "fp8" else ACT_BYTES
+    nbytes = tokens / lay.tp * m.top_k * m.hidden * act_bytes
+    if spec.training.ep_dispatch == "dedup" and m.is_moe:
+        col = placement["ep"]
+        domains = np.array([g.domains for g in col.groups], dtype=float)[col.index]
+        nbytes = nbytes * dedup_ratio(domains, m.top_k)
     per_layer = 4.0 + np.where(lay.recompute == RECOMPUTE_CODES["full"], 2.0, 0.0)
     moe_share = m.moe_layers / m.layers
-    return _collective(spec, placement, "ep", "all_to_all", nbytes, per_layer * n * moe_share * micro)
+    c = _collective(spec, placement, "ep", "all_to_all", nbytes, per_layer * n * moe_share * micro)
+    if spec.training.ep_comm_overlap:
+        c.exposed_s = _exposed(c.time_s, C.DP_OVERLAP_EFFICIENCY * compute * micro)
+    return c
+
+
+def dedup_ratio(domains: np.ndarray | float, top_k: int) -> np.ndarray:
+    """Cross-domain bytes of a deduplicating dispatch (DeepEP, HybridEP: a token crosses to each remote NVLink
+    domain once and fans out to its experts there over NVLink) over those of a plain all-to-all, with the top-k
+    experts spread evenly over N domains: (N - 1)(1 - (1 - 1/N)^k) copies leave the domain instead of k (N - 1)/N
+    (DeepSeek-AI 2024, DeepSeek-V3 report, sec. 3.2.2). The cross-domain part bounds the all-to-all's time; inside
+    one domain (N = 1) nothing changes."""
+    n = np.maximum(np.asarray(domains, dtype=float), 1.0)
+    return np.where(n > 1, (1.0 - (1.0 - 1.0 / n) ** top_k) * n / top_k, 1.0)
 
 
 def _pp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], tokens: np.ndarray, micro: np.ndarray
@@ -200,31 +234,64 @@ def _dp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], pa
     reduces over the data- and context-parallel ranks), hidden behind compute at DP_OVERLAP_EFFICIENCY unless
     training.overlap_grad_reduce is off. ZeRO-0 all-reduces the gradients behind the last micro-batch's backward;
     ZeRO-1/2 reduce-scatter them there and all-gather the updated 2-byte weights behind the next step's first
-    forward; ZeRO-3 gathers the weights for every micro-batch's forward and backward and reduce-scatters its
-    gradients, all behind that micro-batch's compute. Traffic sharing a compute window is hidden jointly."""
+    forward. ZeRO-3 / FSDP works layer by layer (Zhao et al. 2023, PyTorch FSDP, sec. 3.3): every micro-batch
+    gathers each layer's weights before its forward and again before its backward, and reduce-scatters each
+    layer's gradient after it, one collective per layer (each paying its latency), prefetching one layer ahead;
+    see _zero3_exposed. Hidden communication still costs COMM_INTERFERENCE of its time (the SMs and HBM
+    bandwidth its kernels take from the compute they overlap)."""
     grad = C.GRAD_BYTES[spec.training.precision] * params
-    weights = C.WEIGHT_BYTES * params
+    # FP8 parameter all-gather (torchao enable_fsdp_float8_all_gather, Megatron --fp8-param-gather): 1 byte each.
+    fp8_gather = spec.training.precision == "fp8" and spec.training.fp8_param_gather
+    weights = (1.0 if fp8_gather else C.WEIGHT_BYTES) * params
     z = lay.zero
-    per_micro = z == 3
-    calls = np.where(per_micro, micro, 1.0)
+    per_layer = z == 3
+    n = stage_layers(spec.model.layers, lay.pp).astype(float)
+    # ZeRO-3 moves one layer per call: n calls per gather or reduction of the stage's parameters. Its calls are
+    # separate collectives from ZeRO-1/2's whole-stage ones, so each keeps one size per placement (the costing
+    # prices runs of equal sizes once).
+    calls = np.where(per_layer, micro * n, 1.0)
+    whole, layer = np.where((z == 1) | (z == 2), 1.0, 0.0), np.where(per_layer, micro * n, 0.0)
     ar = _reduction(spec, placement, lay, "all_reduce", grad, np.where(z == 0, 1.0, 0.0))
-    rs = _reduction(spec, placement, lay, "reduce_scatter", grad, np.where(z >= 1, calls, 0.0))
-    ag = _reduction(spec, placement, lay, "all_gather", weights,
-                    np.where(z >= 1, calls * np.where(per_micro, 2, 1), 0))
+    rs = (_reduction(spec, placement, lay, "reduce_scatter", grad, whole)
+          + _reduction(spec, placement, lay, "reduce_scatter", grad / n, layer))
+    ag = (_reduction(spec, placement, lay, "all_gather", weights, whole)
+          + _reduction(spec, placement, lay, "all_gather", weights / n, 2 * layer))
     t_ar, t_rs, t_ag = (sum(c.time_s for c in phase) for phase in (ar, rs, ag))
     overlap = C.DP_OVERLAP_EFFICIENCY if spec.training.overlap_grad_reduce else 0.0
-    # ZeRO 0-2: the reduction hides behind one backward, the gather behind one forward; ZeRO-3: per micro-batch,
-    # gathers and reduction share that micro-batch's forward + backward.
-    joint_excess = np.maximum(0.0, t_rs + t_ag - overlap * (fwd + bwd) * calls)
-    exposed = {"ar": np.maximum(0.0, t_ar - overlap * bwd),
-               "rs": np.where(per_micro, 0.0, np.maximum(0.0, t_rs - overlap * bwd)),
-               "ag": np.where(per_micro, 0.0, np.maximum(0.0, t_ag - overlap * fwd))}
-    exposed["rs"] = exposed["rs"] + np.where(per_micro, joint_excess * _share(t_rs, t_rs + t_ag), 0.0)
-    exposed["ag"] = exposed["ag"] + np.where(per_micro, joint_excess * _share(t_ag, t_rs + t_ag), 0.0)
+    exposed = {"ar": _exposed(t_ar, overlap * bwd), "rs": _exposed(t_rs, overlap * bwd),
+               "ag": _exposed(t_ag, overlap * fwd)}
+    z3_rs, z3_ag = _zero3_exposed(t_rs / np.maximum(calls, 1), t_ag / np.maximum(2 * calls, 1), fwd / n, bwd / n,
+                                  n, micro, overlap)
+    exposed["rs"] = np.where(per_layer, z3_rs, exposed["rs"])
+    exposed["ag"] = np.where(per_layer, z3_ag, exposed["ag"])
     for key, phase, total in (("ar", ar, t_ar), ("rs", rs, t_rs), ("ag", ag, t_ag)):
         for c in phase:  # spread a phase's exposure over its stages in proportion to their time
             c.exposed_s = exposed[key] * _share(c.time_s, total)
     return ar + rs + ag
+
+
+def _exposed(comm: np.ndarray, window: np.ndarray) -> np.ndarray:
+    """Exposed time of communication overlapped with a compute window: the excess, plus COMM_INTERFERENCE of
+    the hidden part (NCCL runs one CTA per channel, 16-32 channels, on the SMs the GEMMs would use, and streams
+    through the same HBM)."""
+    hidden = np.minimum(comm, np.maximum(window, 0.0))
+    return comm - hidden + C.COMM_INTERFERENCE * hidden
+
+
+def _zero3_exposed(rs_layer: np.ndarray, ag_layer: np.ndarray, fwd_layer: np.ndarray, bwd_layer: np.ndarray,
+                   n: np.ndarray, micro: np.ndarray, overlap: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-layer prefetch (FSDP forward_prefetch / backward_prefetch): layer i+1's gather runs during layer i's
+    compute, so per micro-batch the first gather of each pass is exposed whole and every later one by what the
+    previous layer's compute cannot hide; backward gathers share their window with the previous layer's
+    reduce-scatter, and the last reduce-scatter is exposed. Returns (reduce-scatter, all-gather) exposed over
+    the step."""
+    fwd_ag = ag_layer + (n - 1) * _exposed(ag_layer, overlap * fwd_layer) + n * C.ZERO3_UNIT_OVERHEAD_S
+    both = ag_layer + rs_layer
+    bwd_both = ag_layer + rs_layer + (n - 1) * _exposed(both, overlap * bwd_layer) + n * C.ZERO3_UNIT_OVERHEAD_S
+    share_rs = _share(rs_layer, both)
+    rs = micro * bwd_both * share_rs
+    ag = micro * (fwd_ag + bwd_both * (1.0 - share_rs))
+    return rs, ag
 
 
 def _share(part: np.ndarray, whole: np.ndarray) -> np.ndarray:

@@ -100,6 +100,14 @@ class GPUType(CatalogRow):
         verbose_name="price per GPU-hour (USD)",
         help_text="Optional: what one GPU-hour costs you, for sweeps' cost and budget. Say where it comes from "
                   "(and when) in the source notes. Empty: sweeps rank by GPU-hours.")
+    # Achievable-throughput constants (planner/spec.py GPU_FIELDS has their bounds and help); `source` says
+    # where each row's values come from.
+    gemm_efficiency = models.FloatField(default=0.80)
+    fp8_gemm_efficiency = models.FloatField(default=0.72)
+    sustained_clock = models.FloatField(default=1.0)
+    hbm_efficiency = models.FloatField(default=0.85)
+    kernel_overhead_us = models.FloatField(default=4.0)
+    attention_efficiency = models.FloatField(default=0.55)
 
     class Meta(CatalogRow.Meta):
         verbose_name = "GPU type"
@@ -147,6 +155,7 @@ class ModelPreset(CatalogRow):
     shared_experts = models.PositiveIntegerField(default=0)
     dense_layers = models.PositiveIntegerField(default=0)
     tied_embeddings = models.BooleanField(default=False)
+    dropout = models.BooleanField(null=True, blank=True)  # empty: the engine's default (on for GPT-style models)
 
 
 CATALOG_MODELS: dict[str, type[CatalogRow]] = {

@@ -66,7 +66,32 @@ def test_zero_stages_shard_state_over_data_parallel_ranks(gpt3):
     p = params_on_gpu(gpt3.model, pc, layouts(tp=8, pp=16, dp=8)).total[0]
     assert rows[0].optimizer[0] == pytest.approx(12 * p) and rows[1].optimizer[0] == pytest.approx(12 * p / 8)
     assert rows[1].gradients[0] == pytest.approx(4 * p) and rows[2].gradients[0] == pytest.approx(4 * p / 8)
-    assert rows[2].weights[0] == pytest.approx(2 * p) and rows[3].weights[0] == pytest.approx(2 * p / 8)
+    # ZeRO-3 / FSDP keeps no sharded 16-bit copy (the fp32 master is the parameter); it gathers two layers'
+    # 16-bit weights and holds one layer's unsharded fp32 gradient instead.
+    assert rows[2].weights[0] == pytest.approx(2 * p) and rows[3].weights[0] == 0.0
+    layer = (pc.total - pc.embedding - pc.output) / gpt3.model.layers / 8
+    assert rows[3].other[0] - rows[2].other[0] == pytest.approx(layer * (2 * 2 + 4))
+
+
+def test_mpt_30b_full_shard_on_eight_a100s_fits(catalog):
+    """llm-foundry ran MPT-30B on 8 A100-80GB, FSDP full shard, full recompute, micro-batch 3 at 2,048 tokens."""
+    from planner.published import load_rows, row_to_spec_doc
+    from .conftest import DATA
+    row = next(r for r in load_rows(DATA / "calibration_runs.json") if r["id"] == "llmf_a100-80_30b_s2048_g8_gb504")
+    spec = parse_spec(row_to_spec_doc(row, catalog), catalog)
+    assert (spec.layout.zero, spec.layout.recompute, spec.layout.micro_batch) == (3, "full", 3)
+    mem = memory_per_gpu(spec.model, spec.training, param_count(spec.model),
+                         layouts(tp=1, pp=1, dp=8, zero=3, recompute="full", micro_batch=3))
+    assert 60 < mem.total[0] / GIB < 80
+
+
+def test_selective_recompute_with_flash_keeps_every_other_gemm_output(catalog, gpt3_doc):
+    gpt3_doc["model"] = dict(catalog["model"]["Llama 3 70B"])
+    spec = parse_spec(gpt3_doc, catalog)
+    h, kvd, f = 8192, 1024, 28672
+    stored, full = activation_bytes_per_token(spec.model, spec.training, layouts(tp=1, recompute="selective"))
+    assert stored[0] == pytest.approx(4 * h + 2 * h + 2 * h + 2 * kvd + 2 * f)
+    assert stored[0] < 0.7 * full[0]
 
 
 def test_first_stage_holds_pp_microbatches_and_interleaving_adds(gpt3):

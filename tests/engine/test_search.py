@@ -68,13 +68,14 @@ def test_tp_never_leaves_an_nvlink_domain(gpt3_answer):
         assert 8 % p["layout"]["tp"] == 0
 
 
-def test_selective_recompute_under_flash_attention_costs_time_and_saves_nothing(catalog):
+def test_selective_recompute_under_flash_attention_costs_time_and_saves_memory(catalog):
     doc = example("llama3-70b-h100-512-pinned")
     doc["layout"].update(cp=1, vpp=1, sequence_parallel=True, zero=1, rank_order="tp-cp-dp-pp")
     none = plan(parse_spec({**doc, "layout": {**doc["layout"], "recompute": "none"}}, catalog))["plans"][0]
     selective = plan(parse_spec({**doc, "layout": {**doc["layout"], "recompute": "selective"}}, catalog))["plans"][0]
     assert selective["step_time_s"] > none["step_time_s"]
-    assert selective["memory_gib"]["total"] == none["memory_gib"]["total"]
+    # It keeps the layer input, the attention output and every other GEMM output (torchtitan per-op SAC).
+    assert selective["memory_gib"]["activations"] < 0.8 * none["memory_gib"]["activations"]
     unpinned = plan(parse_spec(example("llama3-70b-h100-512-pinned"), catalog), top=500)
     assert all(p["layout"]["recompute"] != "selective" for p in unpinned["plans"])
 

@@ -1,0 +1,99 @@
+"""The 327 calibration runs (planner/data/calibration_runs.json) with their published layouts pinned: every row
+that states a layout and a throughput becomes a spec the engine finds feasible and predicts, and the errors stay
+within the regression floors measured when the cost model was last fitted (bench/calibrate.py prints them)."""
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+import pytest
+
+from planner.holdout import is_holdout
+from planner.published import _recompute, _zero, compare, error_table, gpu_name, load_rows, row_to_spec_doc
+
+from .conftest import DATA
+
+ROWS = load_rows(DATA / "calibration_runs.json")
+# Regression floors (measured figures rounded up): both files together, layouts pinned.
+MEDIAN_FLOOR = 0.065
+HELD_OUT_MEDIAN_FLOOR = 0.055
+WORST_FLOOR = 0.45
+GROUP_MEDIAN_FLOORS = {  # median |error| per group, measured + ~0.5-1 point
+    "F_llmfoundry_benchmarks": 0.065, "F_fms_fsdp_ibm": 0.09, "F_torchtitan_h100_202412": 0.065,
+    "F_torchtitan_perfdoc_2024": 0.045, "F_torchtitan_asynctp_h100_202506": 0.165, "F_torchao_float8_h100": 0.03,
+    "F_pytorch_blog_float8_fsdp2": 0.195, "M_megatron_moe_recipes": 0.14, "M_nemotron4_15b": 0.03,
+    "M_zero_bubble_pp": 0.055,
+}
+
+
+@pytest.fixture(scope="module")
+def comparisons(catalog):
+    return compare(ROWS, catalog)
+
+
+def states_a_layout(row) -> bool:
+    return row.get("tp") is not None or row.get("pp") is not None or row.get("dp") is not None
+
+
+def test_every_row_that_states_a_layout_is_modelled(comparisons):
+    by_id = {c.id: c for c in comparisons}
+    missing = [r["id"] for r in ROWS if states_a_layout(r) and by_id[r["id"]].predicted_s is None]
+    assert missing == [], [by_id[i].why for i in missing]
+    assert sum(states_a_layout(r) for r in ROWS) == 323
+
+
+def test_errors_stay_within_the_regression_floors(comparisons):
+    print("\n" + error_table(comparisons))
+    errors = [abs(c.error) for c in comparisons if c.error is not None]
+    held = [abs(c.error) for c in comparisons if c.error is not None and is_holdout(c.id)]
+    assert statistics.median(errors) <= MEDIAN_FLOOR
+    assert statistics.median(held) <= HELD_OUT_MEDIAN_FLOOR
+    assert max(errors) <= WORST_FLOOR
+
+
+@pytest.mark.parametrize("gpu_type, name", [
+    ("H100-80GB (table: h100_80gb; MFU computed with H100-SXM peak)", "H100 SXM5 80GB"),
+    ("H100 (96GB HBM2e variant, 500W power limit; Meta Grand Teton)", "H100 SXM5 96GB HBM2e 500W"),
+    ("GB300 (Blackwell Ultra)", "GB300"), ("B300 (Blackwell Ultra)", "B300"), ("GB200", "GB200"),
+    ("B200", "B200"), ("A100-40GB (table: a100_40gb)", "A100 SXM4 40GB"), ("A100 SXM 80GB", "A100 SXM4 80GB"),
+])
+def test_gpu_names_map_to_catalog_gpus(gpu_type, name, catalog):
+    assert gpu_name({"gpu_type": gpu_type}) == name and name in catalog["gpu"]
+
+
+@pytest.mark.parametrize("text, stage", [
+    ("FSDP FULL_SHARD (ZeRO-3: params, grads, optimizer state sharded over all 8 GPUs)", 3),
+    ("FSDP SHARD_GRAD_OP (ZeRO-2-like: grads + optimizer state + flat params sharded)", 2),
+    ("FSDP2 (fully_shard) over 8 GPUs", 3), ("distributed optimizer (use_distributed_optimizer: true)", 1),
+    (None, 0),
+])
+def test_optimizer_sharding_text_gives_the_zero_stage(text, stage):
+    assert _zero(text) == stage
+
+
+@pytest.mark.parametrize("text, mode", [
+    ("full (FSDP activation checkpointing of every MPT block)", "full"), ("none configured", "none"),
+    ("selective, per-op SAC (doc)", "selective"), ("not stated (blog: best batch size explored per run)", None),
+    ("selective (fms-fsdp block-level selective AC: checkpoint a subset)", None),
+])
+def test_recompute_text_gives_the_mode(text, mode):
+    assert _recompute({"recompute": text}) == mode
+
+
+def test_moe_rows_get_their_tokenizer_vocab_and_expert_fields(catalog):
+    row = next(r for r in ROWS if r["id"] == "mcore_moe_qwen3_30b_h100_fp8_32gpu_tp1pp1ep8")
+    doc = row_to_spec_doc(row, catalog)
+    assert doc["model"]["vocab"] == 151_936 and doc["model"]["experts"] == 128
+    assert doc["model"]["expert_ffn_hidden"] == 768 and doc["training"]["precision"] == "fp8"
+    assert doc["layout"]["zero"] == 1 and doc["layout"]["dp"] == 32
+
+
+def test_every_group_is_reported(comparisons):
+    group = {r["id"]: r["group"] for r in ROWS}
+    groups = defaultdict(list)
+    for c in comparisons:
+        if c.error is not None:
+            groups[group[c.id]].append(abs(c.error))
+    assert len(groups) == 10  # all but the FlashAttention-2 rows, which state no layout
+    for group, floor in GROUP_MEDIAN_FLOORS.items():
+        assert statistics.median(groups[group]) <= floor, group
