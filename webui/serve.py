@@ -72,6 +72,8 @@ def stop(children: dict[str, subprocess.Popen]) -> None:
     """gunicorn: graceful stop; the worker: cold shutdown; both killed outright at the deadline."""
     for name, child in children.items():
         if child.poll() is None:
+            if name == "worker":
+                full_priority(child)
             child.send_signal(signal.SIGQUIT if name == "worker" else signal.SIGTERM)
     deadline = time.monotonic() + STOP_WITHIN_S
     for child in children.values():
@@ -85,6 +87,17 @@ def stop(children: dict[str, subprocess.Popen]) -> None:
         except ProcessLookupError:
             pass
         child.wait()
+
+
+def full_priority(child: subprocess.Popen) -> None:
+    """The worker and its pool run at nice 10 so that pages stay quick; on a busy machine that can starve the
+    cold shutdown (cancel the search, give its plan back, close the broker connection) past the deadline, and a
+    plan killed outright waits for its lease to lapse. Back to normal priority for the way out, where allowed
+    (lowering a niceness needs root or CAP_SYS_NICE; elsewhere the worker stops at nice 10 as before)."""
+    try:
+        os.setpriority(os.PRIO_PGRP, child.pid, 0)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":
