@@ -17,7 +17,7 @@ from planner import PlanSpec, SpecError
 from planner.catalog import Catalog
 from planner.spec import MAX_GPUS, REQUIRED, SECTIONS, Field
 
-from . import services
+from . import options, services
 
 CUSTOM = "custom"
 HARDWARE = ("gpu", "node", "fabric")
@@ -60,9 +60,23 @@ EXAMPLE = {
 }
 
 
+# For a field with no entry in LABELS (one the engine added since): its name, with these words spelled out.
+WORDS = {"tp": "TP", "pp": "PP", "dp": "DP", "cp": "CP", "ep": "EP", "fp8": "FP8", "gemm": "GEMM", "hbm": "HBM",
+         "moe": "MoE", "nvlink": "NVLink", "sm": "SM", "comm": "communication", "grad": "gradient"}
+UNIT_WORDS = ("us", "s", "gib")  # a name's unit suffix, which the label gives in brackets instead
+
+
 def field_label(f: Field) -> str:
-    label = LABELS.get(f.name, f.name.replace("_", " ").capitalize())
+    label = LABELS.get(f.name) or _label_from_name(f)
     return f"{label} ({f.unit})" if f.unit else label
+
+
+def _label_from_name(f: Field) -> str:
+    words = f.name.split("_")
+    if f.unit and len(words) > 1 and words[-1] in UNIT_WORDS:
+        words = words[:-1]
+    text = " ".join(WORDS.get(w, w) for w in words)
+    return text[:1].upper() + text[1:]
 
 
 def engine_default(f: Field) -> Any:
@@ -106,6 +120,7 @@ class PlanForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.catalog = catalog
         self.spec: PlanSpec | None = None
+        self.option_sources: dict[str, str] = {}  # which modelling options the person set (webui/options.py)
         self.fields["model_preset"] = forms.ChoiceField(
             label="Model", choices=self._choices("model", "custom architecture"),
             help_text="A preset's values are used as they are; choose “custom architecture” to type your own.")
@@ -158,13 +173,18 @@ class PlanForm(forms.Form):
         cleaned = super().clean()
         if self.errors:  # a choice outside the list; the engine would only repeat it
             return cleaned
+        data = self.spec_data()
         try:
-            self.spec = services.spec_parse(data=self.spec_data(), catalog=self.catalog)
+            self.spec = services.spec_parse(data=data, catalog=self.catalog)
         except SpecError as err:
             for e in err.errors:
                 target, own = self._field_for(e.field)
                 # Next to its own field the message needs no name; elsewhere it says which field it means.
                 self.add_error(target, e.message if own else str(e))
+            return cleaned
+        # Every field is posted, so only one that differs from what the engine would assume counts as set.
+        stated = options.unstated(data=data, catalog=self.catalog)
+        self.option_sources = services.spec_option_sources(data=stated, catalog=self.catalog)
         return cleaned
 
     def spec_data(self) -> dict[str, Any]:

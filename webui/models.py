@@ -177,6 +177,11 @@ class Plan(models.Model):
     spec_hash = models.CharField(max_length=64, db_index=True,
                                  help_text="sha256 of the canonical spec JSON and the engine version.")
     top = models.PositiveSmallIntegerField(default=10, help_text="How many ranked layouts to keep.")
+    # The canonical spec cannot tell a stated value from a filled-in default, so the request's own say is kept.
+    option_sources = models.JSONField(
+        default=dict, blank=True,
+        help_text='{spec path: "request" | "catalog" | "default"} for each modelling option (webui/options.py): '
+                  "set in the request, or assumed. Empty for plans saved before it was kept.")
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED, db_index=True)
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)

@@ -26,7 +26,7 @@ from planner.catalog import FIXTURES_DIR, Catalog
 from planner.constants import ENGINE_VERSION
 from planner.launch import launch_configs
 
-from . import delivery
+from . import delivery, options
 from .models import CATALOG_MODELS, CatalogRow, Plan
 
 logger = logging.getLogger(__name__)
@@ -174,24 +174,34 @@ def spec_hash(spec: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def plan_create(*, spec: PlanSpec, top: int = 10) -> Plan:
+def spec_option_sources(*, data: Any, catalog: Catalog | None = None) -> dict[str, str]:
+    """{path: "request" | "catalog" | "default"} for each modelling option of a request `spec_parse` accepted."""
+    if catalog is None:
+        catalog = {section: CatalogTable(model) for section, model in CATALOG_MODELS.items()}
+    return options.option_sources(data=data, catalog=catalog)
+
+
+def plan_create(*, spec: PlanSpec, top: int = 10, sources: dict[str, str] | None = None) -> Plan:
     """A new plan for this spec, with its own code. When the same request (spec, engine version, `top`) has
     an answer already, the new plan reuses it at once, with a link to the original, and no search runs.
-    Otherwise it is saved queued and its task sent once the row is committed (the worker must see it)."""
+    Otherwise it is saved queued and its task sent once the row is committed (the worker must see it).
+    `sources` (`spec_option_sources`) says which modelling options the request set; not part of the hash, as
+    the engine reads the same spec either way."""
     canonical = spec.to_dict()
+    sources = sources or {}
     digest = spec_hash(canonical)
     original = plan_original(spec_hash=digest, top=top)
     if original is not None:
         now = timezone.now()
-        return Plan.objects.create(spec=canonical, spec_hash=digest, top=top, status=Plan.Status.DONE,
-                                   result=original.result, reused_from=original, time_limit_s=original.time_limit_s,
-                                   started_at=now, finished_at=now)
+        return Plan.objects.create(spec=canonical, spec_hash=digest, top=top, option_sources=sources,
+                                   status=Plan.Status.DONE, result=original.result, reused_from=original,
+                                   time_limit_s=original.time_limit_s, started_at=now, finished_at=now)
     with transaction.atomic():
         # Stamped as sent already, so the outbox sweep leaves it to this request; a broker that refuses the task
         # clears the stamp (logged, not a 500) and the sweep sends it later. Should this process die in between,
         # the sweep sends it again after PLAN_RESEND_AFTER_S.
-        plan = Plan.objects.create(spec=canonical, spec_hash=digest, top=top, dispatched_at=timezone.now(),
-                                   time_limit_s=delivery.plan_time_limit(spec=spec))
+        plan = Plan.objects.create(spec=canonical, spec_hash=digest, top=top, option_sources=sources,
+                                   dispatched_at=timezone.now(), time_limit_s=delivery.plan_time_limit(spec=spec))
         transaction.on_commit(partial(delivery.plan_send, plan=plan), robust=True)
     return plan
 
@@ -265,7 +275,7 @@ def plan_retry(*, plan: Plan) -> Plan:
     """Try a failed plan again as a new plan with the same spec; the failed one stays as it was."""
     if plan.status != Plan.Status.FAILED:
         return plan
-    return plan_create(spec=parse_spec(plan.spec), top=plan.top)
+    return plan_create(spec=parse_spec(plan.spec), top=plan.top, sources=plan.option_sources)
 
 
 def plan_queue_position(*, plan: Plan) -> int:
@@ -301,6 +311,7 @@ def plan_as_dict(*, plan: Plan, launch_rank: int = 1) -> dict[str, Any]:
         "started_at": plan.started_at.isoformat() if plan.started_at else None,
         "finished_at": plan.finished_at.isoformat() if plan.finished_at else None,
         "spec": plan.spec,
+        "options": plan_options(plan=plan),
     }
     if plan.status == Plan.Status.QUEUED:
         data["queue_position"] = plan_queue_position(plan=plan)
@@ -315,6 +326,11 @@ def plan_as_dict(*, plan: Plan, launch_rank: int = 1) -> dict[str, Any]:
     if plan.status == Plan.Status.FAILED:
         data["error"] = plan.error
     return data
+
+
+def plan_options(*, plan: Plan) -> list[dict[str, Any]]:
+    """Each modelling option the plan used, with its value and whether the request set it or it was assumed."""
+    return options.plan_options(spec=plan.spec, sources=plan.option_sources)
 
 
 # ---------------------------------------------------------------------------------------------------------

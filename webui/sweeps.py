@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from planner import SpecError
 from planner.whatif.goal import best, meets, outcome, parse_goal
-from planner.whatif.sweep import expand, key_name
+from planner.whatif.sweep import expand, key_name, scenario_doc
 
 from . import services
 from .models import CATALOG_MODELS, GPUType, Plan, Sweep, SweepScenario
@@ -59,10 +59,17 @@ def sweep_create(*, data: Any, top: int = 10) -> Sweep:
         sweep = Sweep.objects.create(base=data["base"], vary=data["vary"], axes=list(data["vary"]),
                                      goal=goal.as_dict() if goal else None, top=top)
         SweepScenario.objects.bulk_create(
-            SweepScenario(sweep=sweep, position=i, values=s.values, plan=services.plan_create(spec=s.spec, top=top),
+            SweepScenario(sweep=sweep, position=i, values=s.values,
+                          plan=services.plan_create(spec=s.spec, top=top,
+                                                    sources=_sources(data["base"], s.values, catalog)),
                           price_per_gpu_hour_usd=prices.get(s.spec.cluster.gpu.name))
             for i, s in enumerate(scenarios))
     return sweep
+
+
+def _sources(base: Any, values: dict[str, Any], catalog: dict[str, Any]) -> dict[str, str]:
+    """Which modelling options the scenario's own request (the base with its values set) states."""
+    return services.spec_option_sources(data=scenario_doc(base, values, catalog), catalog=catalog)
 
 
 def sweep_rows(*, sweep: Sweep) -> list[dict[str, Any]]:

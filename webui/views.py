@@ -24,7 +24,7 @@ def plan_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = PlanForm(request.POST, catalog=catalog)
         if form.is_valid():
-            plan = services.plan_create(spec=form.spec)
+            plan = services.plan_create(spec=form.spec, sources=form.option_sources)
             return redirect(plan)
     else:
         source = Plan.objects.filter(code=request.GET["from"]).first() if _is_uuid(request.GET.get("from")) else None
@@ -35,7 +35,8 @@ def plan_new(request: HttpRequest) -> HttpResponse:
 @require_GET
 def plan_detail(request: HttpRequest, code: str) -> HttpResponse:
     plan = get_object_or_404(Plan, code=code)
-    context: dict[str, Any] = {"plan": plan, "figures": charts.plan_figures(plan.result)}
+    context: dict[str, Any] = {"plan": plan, "figures": charts.plan_figures(plan.result),
+                               "options": services.plan_options(plan=plan)}
     if plan.status == Plan.Status.DONE:
         context["accuracy"] = services.plan_accuracy(plan=plan)
     if plan.status == Plan.Status.QUEUED:
@@ -82,7 +83,7 @@ def api_plans(request: HttpRequest) -> JsonResponse:
         spec = services.spec_parse(data=data)
     except SpecError as err:
         return _errors(err.as_dict())
-    plan = services.plan_create(spec=spec, top=_top(request))
+    plan = services.plan_create(spec=spec, top=_top(request), sources=services.spec_option_sources(data=data))
     body = {"code": str(plan.code), "url": request.build_absolute_uri(plan.get_absolute_url()), "status": plan.status}
     if plan.reused_from is not None:
         body["reused_from"] = request.build_absolute_uri(plan.reused_from.get_absolute_url())

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from planner.catalog import load_catalog
+
 from .conftest import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -52,6 +54,12 @@ def test_a_new_user_plans_a_job_and_shares_the_link(web, worker, seeded, browser
     page.select_option("select[name=fabric]", "custom")
     assert page.input_value("input[name=fabric__latency_us]") == "1.0"
     page.select_option("select[name=fabric]", "NDR InfiniBand rail-optimized (DGX SuperPOD)")
+    # The GPU's constants start at the catalog row's values, ready to edit for a custom GPU.
+    page.select_option("select[name=gpu]", "custom")
+    h100 = load_catalog()["gpu"]["H100 SXM5 80GB"]
+    assert float(page.input_value("input[name=gpu__gemm_efficiency]")) == h100["gemm_efficiency"]
+    page.select_option("select[name=gpu]", "H100 SXM5 80GB")
+    page.check("input[name=training__tp_comm_overlap]")  # one mechanism set; the page says the rest were assumed
     page.fill("input[name=num_gpus]", "64")
     page.fill("input[name=training__global_batch]", "256")
     page.fill("input[name=training__tokens]", "1e12")
@@ -76,6 +84,10 @@ def test_a_new_user_plans_a_job_and_shares_the_link(web, worker, seeded, browser
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert errors == []
+
+    options = page.locator("#options-table")
+    assert "set in the request" in options.locator("[data-field='training.tp_comm_overlap']").inner_text()
+    assert "assumed: the engine's default" in options.locator("[data-field='training.elementwise']").inner_text()
 
     trust = page.inner_text("#accuracy")  # how far to trust the step time, next to it
     assert "published H100 BF16 runs" in trust or "No comparable published runs" in trust, trust

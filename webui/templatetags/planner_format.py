@@ -94,3 +94,13 @@ def signed_percent(value: Any) -> str:
         return f"{float(value) * 100:+.1f}%"
     except (TypeError, ValueError):
         return "–"
+
+
+@register.filter
+def option_value(value: Any) -> str:
+    """A modelling option as the form words it: on/off for a switch, a number as typed (0.8, 4), text as it is."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return "–" if value is None else str(value)
