@@ -171,13 +171,18 @@ def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: S
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Attention core (scores, softmax, values) per micro-batch on one GPU, forward and backward.
 
-    CP ranks each hold s/cp queries against all s keys (ring attention, load-balanced causal chunks).
+    CP ranks each hold s/cp queries against all s keys (ring attention), swept in cp steps of s/cp keys each.
     """
     t, heads = shard.tokens(m), m.heads / shard.tp
     if training.attention == "flash":
         # 4 s h FLOPs per query token over the square (model.flops_per_token), half of it under the causal mask.
         flops = 4.0 * t * m.seq_len * (m.hidden / shard.tp) * C.CAUSAL_FRACTION
-        fwd = flops / (gpu.peak_tflops * 1e12 * gpu.sustained_clock * gpu.attention_efficiency) + kernel_s(gpu)
+        rate = gpu.peak_tflops * 1e12 * gpu.sustained_clock * gpu.attention_efficiency
+        fwd = flops * _flash_overhead(m.seq_len, shard.cp, training.cp_load_balance) / rate
+        # Ring attention launches one attention kernel per step and one softmax-correction kernel (merging the
+        # step's partial output by its log-sum-exp) per step after the first (Transformer Engine
+        # AttnFuncWithCPAndKVP2P): 2 cp - 1 launches where one kernel runs without CP.
+        fwd = fwd + (2.0 * shard.cp - 1.0) * kernel_s(gpu)
         return fwd, C.FLASH_BACKWARD_FACTOR * fwd
     # Unfused (Megatron 2020-21): batched GEMMs QK^T (s_q x s, K = head_dim) and PV (s_q x head_dim, K = s)
     # over micro_batch x heads/tp, plus fused scale-mask-softmax and dropout streaming the s x s scores.
@@ -189,6 +194,19 @@ def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: S
     elements = rows * m.seq_len
     soft_f, soft_b = (elements * b / hbm_bytes_per_s(gpu) for b in (fwd_bytes, bwd_bytes))
     return scores[0] + values[0] + soft_f, scores[1] + values[1] + soft_b
+
+
+def _flash_overhead(seq_len: int, cp: np.ndarray, load_balance: bool) -> np.ndarray:
+    """Flash attention time with CP over its time on one rank's share without CP. Each kernel sweeps L = s/cp keys
+    (one ring step's chunk; the whole sequence without CP) and short sweeps amortise a query tile's prologue and
+    epilogue less: 1 + L_half/L (FLASH_HALF_LENGTH), charged as the ratio to the whole sequence's, on which the
+    catalog attention_efficiency was measured. Without load balancing, contiguous causal chunks give rank i of cp
+    i + 1/2 chunk-pairs of work, (cp)/2 on average: the last rank, which the others wait for, does 2 cp/(cp + 1) of
+    the average (Megatron-Core context parallelism docs; Brandon et al. 2023, Striped Attention, sec. 3)."""
+    cp = np.asarray(cp, dtype=float)
+    sweep = (1.0 + C.FLASH_HALF_LENGTH / (seq_len / cp)) / (1.0 + C.FLASH_HALF_LENGTH / seq_len)
+    imbalance = 1.0 if load_balance else 2.0 * cp / (cp + 1.0)
+    return sweep * imbalance
 
 
 def elementwise_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> np.ndarray:

@@ -24,6 +24,13 @@ GEMM_TILE_N = 128
 FLASH_BACKWARD_FACTOR = 2.5
 # Causal masking lets flash attention skip half of the s x s square; unfused attention computes all of it.
 CAUSAL_FRACTION = 0.5
+# Flash attention's rate grows with the key length L one kernel sweeps: rate = plateau x L / (L + L_half). The
+# per-query-tile prologue and epilogue (load Q, write O and the log-sum-exp) amortise over the L/B key tiles.
+# Fitted to FlashAttention-3 on H100, head dim 128, batch x seq = 16k (pytorch/benchmark PR 2391: 430, 517,
+# 566, 590, 614, 621 TFLOP/s at 0.5k-16k): L_half = 240 tokens reproduces every point within 1%; the Triton
+# FlashAttention-2 column gives the same ratio (329 of 477 at 512). The catalog attention_efficiency was measured
+# on whole-sequence kernels, so only CP's shorter sweeps are charged, as the ratio to the whole sequence's.
+FLASH_HALF_LENGTH = 240
 
 # --- Memory-bound work ----------------------------------------------------------------------------------
 # HBM traffic of the element-wise kernels' backward relative to their forward, counted per element:

@@ -89,6 +89,10 @@ TRAINING_FIELDS = (
     Field("ep_dispatch", str, "all_to_all", choices=EP_DISPATCH,
           help="MoE token dispatch: all_to_all (a copy per routed expert) or dedup (DeepEP/HybridEP: one copy per "
                "remote NVLink domain, fanned out over NVLink)."),
+    Field("cp_load_balance", bool, True,
+          help="With context parallelism: split the sequence into 2·cp chunks and give each rank one from each end "
+               "(Megatron-Core / Transformer Engine zigzag), so causal attention work is even; off = contiguous "
+               "chunks, the last rank does 2·cp/(cp+1) of the average."),
     Field("ep_comm_overlap", bool, False,
           help="Overlap MoE all-to-alls with another micro-batch's compute (Megatron-Core "
                "--overlap-moe-expert-parallel-comm); off = on the critical path."),
@@ -234,6 +238,7 @@ class TrainingSpec:
     fp8_param_gather: bool = False
     ep_dispatch: str = "all_to_all"
     fp8_recipe: str = "tensorwise"
+    cp_load_balance: bool = True
 
 
 @dataclass(frozen=True)

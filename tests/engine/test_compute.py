@@ -112,3 +112,25 @@ def test_context_parallel_splits_the_work(h100):
     one = layer_times(h100.model, h100.cluster.gpu, h100.training, shard(cp=1)).fwd[0]
     two = layer_times(h100.model, h100.cluster.gpu, h100.training, shard(cp=2)).fwd[0]
     assert 0.45 < two / one < 0.6
+
+
+def test_context_parallel_attention_loses_efficiency_on_short_chunks(h100):
+    # GPT-3 at s = 2048: CP 8 sweeps 256-key chunks, (1 + 240/256) / (1 + 240/2048) = 1.73x the work's time,
+    # plus 2 cp - 1 = 15 launches instead of one.
+    gpu, tr = h100.cluster.gpu, h100.training
+    one = attention_times(h100.model, gpu, tr, shard(cp=1))[0][0]
+    eight = attention_times(h100.model, gpu, tr, shard(cp=8))[0][0]
+    launches = gpu.kernel_overhead_us * 1e-6
+    ratio = (1 + C.FLASH_HALF_LENGTH / 256) / (1 + C.FLASH_HALF_LENGTH / 2048)
+    assert 8 * (eight - 15 * launches) / (one - launches) == pytest.approx(ratio)
+
+
+def test_unbalanced_causal_chunks_make_the_last_rank_wait(h100):
+    gpu, tr = h100.cluster.gpu, h100.training
+    unbalanced = type(tr)(**{**tr.__dict__, "cp_load_balance": False})
+    launches = 7 * gpu.kernel_overhead_us * 1e-6
+    even = attention_times(h100.model, gpu, tr, shard(cp=4))[0][0] - launches
+    skewed = attention_times(h100.model, gpu, unbalanced, shard(cp=4))[0][0] - launches
+    assert skewed / even == pytest.approx(2 * 4 / 5)
+    assert attention_times(h100.model, gpu, unbalanced, shard(cp=1))[0][0] == pytest.approx(
+        attention_times(h100.model, gpu, tr, shard(cp=1))[0][0])
