@@ -158,3 +158,21 @@ def test_a_pinned_cp_rejects_the_structures_it_does_not_divide(gpt3_doc):
     assert answer["feasible"] > 0
     assert answer["rejected"]["gpus_not_divisible"] > 0
     assert answer["rejected_examples"]["gpus_not_divisible"].endswith("does not divide 1024 GPUs")
+
+
+def test_context_parallelism_needs_flash_attention(gpt3_doc):
+    gpt3_doc["training"]["attention"] = "unfused"
+    gpt3_doc["layout"] = {"cp": 2}
+    answer = plan(parse_spec(gpt3_doc))
+    assert answer["plans"] == []
+    assert answer["rejected_examples"]["cp_needs_flash_attention"].startswith("CP=2 needs flash attention")
+
+
+def test_unbalanced_context_parallelism_splits_the_sequence_into_cp_chunks(gpt3_doc):
+    gpt3_doc["model"]["seq_len"] = 2040  # 2040 = 8 x 255: splits into 8 chunks, not 16
+    gpt3_doc["layout"] = {"cp": 8, "tp": 8}
+    balanced = plan(parse_spec(gpt3_doc))
+    assert balanced["plans"] == []
+    assert "into 16 equal chunks" in balanced["rejected_examples"]["cp_does_not_split_sequence"]
+    gpt3_doc["training"]["cp_load_balance"] = False
+    assert plan(parse_spec(gpt3_doc), top=1)["plans"][0]["layout"]["cp"] == 8
