@@ -233,12 +233,12 @@ def _dp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], pa
     """Gradient reduction over the ranks that hold the same weights, DP x CP (Rajbhandari et al. 2020; Megatron
     reduces over the data- and context-parallel ranks), hidden behind compute at DP_OVERLAP_EFFICIENCY unless
     training.overlap_grad_reduce is off. ZeRO-0 all-reduces the gradients behind the last micro-batch's backward;
-    ZeRO-1/2 reduce-scatter them there and all-gather the updated 2-byte weights behind the next step's first
-    forward. ZeRO-3 / FSDP works layer by layer (Zhao et al. 2023, PyTorch FSDP, sec. 3.3): every micro-batch
-    gathers each layer's weights before its forward and again before its backward, and reduce-scatters each
-    layer's gradient after it, one collective per layer (each paying its latency), prefetching one layer ahead;
-    see _zero3_exposed. Hidden communication still costs COMM_INTERFERENCE of its time (the SMs and HBM
-    bandwidth its kernels take from the compute they overlap)."""
+    ZeRO-1 reduce-scatters them there, ZeRO-2 behind every micro-batch's backward, and both all-gather the
+    updated 2-byte weights behind the next step's first forward. ZeRO-3 / FSDP works layer by layer (Zhao et al.
+    2023, PyTorch FSDP, sec. 3.3): every micro-batch gathers each layer's weights before its forward and again
+    before its backward, and reduce-scatters each layer's gradient after it, one collective per layer (each
+    paying its latency), prefetching one layer ahead; see _zero3_exposed. Hidden communication still costs
+    COMM_INTERFERENCE of its time (the SMs and HBM bandwidth its kernels take from the compute they overlap)."""
     grad = C.GRAD_BYTES[spec.training.precision] * params
     # FP8 parameter all-gather (torchao enable_fsdp_float8_all_gather, Megatron --fp8-param-gather): 1 byte each.
     fp8_gather = spec.training.precision == "fp8" and spec.training.fp8_param_gather
@@ -251,14 +251,20 @@ def _dp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], pa
     # prices runs of equal sizes once).
     calls = np.where(per_layer, micro * n, 1.0)
     whole, layer = np.where((z == 1) | (z == 2), 1.0, 0.0), np.where(per_layer, micro * n, 0.0)
+    # ZeRO-2 keeps only its shard of the gradients, so it cannot accumulate whole gradients over micro-batches:
+    # every micro-batch's backward reduce-scatters them (DeepSpeed ZeRO stage 2, Rajbhandari et al. 2020,
+    # sec. 5.2; FSDP SHARD_GRAD_OP outside no_sync). ZeRO-1 accumulates and reduce-scatters once per step.
+    rs_whole = np.where(z == 2, micro, whole)
     ar = _reduction(spec, placement, lay, "all_reduce", grad, np.where(z == 0, 1.0, 0.0))
-    rs = (_reduction(spec, placement, lay, "reduce_scatter", grad, whole)
+    rs = (_reduction(spec, placement, lay, "reduce_scatter", grad, rs_whole)
           + _reduction(spec, placement, lay, "reduce_scatter", grad / n, layer))
     ag = (_reduction(spec, placement, lay, "all_gather", weights, whole)
           + _reduction(spec, placement, lay, "all_gather", weights / n, 2 * layer))
     t_ar, t_rs, t_ag = (sum(c.time_s for c in phase) for phase in (ar, rs, ag))
     overlap = C.DP_OVERLAP_EFFICIENCY if spec.training.overlap_grad_reduce else 0.0
-    exposed = {"ar": _exposed(t_ar, overlap * bwd), "rs": _exposed(t_rs, overlap * bwd),
+    # ZeRO-2's reductions each hide behind their own micro-batch's backward.
+    rs_window = overlap * bwd * np.where(z == 2, micro, 1.0)
+    exposed = {"ar": _exposed(t_ar, overlap * bwd), "rs": _exposed(t_rs, rs_window),
                "ag": _exposed(t_ag, overlap * fwd)}
     z3_rs, z3_ag = _zero3_exposed(t_rs / np.maximum(calls, 1), t_ag / np.maximum(2 * calls, 1), fwd / n, bwd / n,
                                   n, micro, overlap)

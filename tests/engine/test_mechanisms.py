@@ -114,3 +114,14 @@ def test_rowwise_fp8_casts_every_input_again_along_the_other_axis(catalog):
                            for s in (spec(), spec(fp8_recipe="rowwise")))
     h, f = 4096, 14336
     assert rowwise - tensorwise == pytest.approx(C.FP8_ROWWISE_EXTRA_BYTES * (3 * h + f))
+
+
+def test_zero2_reduce_scatters_every_micro_batch_and_zero1_once_a_step(catalog):
+    def reductions(zero: int) -> float:
+        doc = llama_8b_fsdp(catalog, 64)
+        doc["training"]["global_batch"] = 4 * 64  # four micro-batches of one sequence per rank
+        doc["layout"].update(zero=zero)
+        comm = best(doc, catalog)["comm"]
+        return sum(c["calls_per_step"] for c in comm if c["group"] == "dp" and c["collective"] == "reduce_scatter")
+    assert reductions(1) == 1
+    assert reductions(2) == 4
