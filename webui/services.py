@@ -133,7 +133,10 @@ class CatalogTable(Mapping[str, dict[str, Any]]):
 
     def get(self, name: Any, default: Any = None) -> Any:
         if name not in self.rows:
-            row = self.model.objects.filter(name=name).first() if isinstance(name, str) else None
+            # No row's name holds NUL (CatalogRow.clean refuses it), and PostgreSQL refuses NUL in a query: such a
+            # name is simply unknown, and parse_spec names the field.
+            row = self.model.objects.filter(name=name).first() if isinstance(name, str) and "\x00" not in name \
+                else None
             self.rows[name] = row.spec_fields() if row else None
         found = self.rows[name]
         return default if found is None else found

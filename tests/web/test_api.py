@@ -117,6 +117,15 @@ def test_a_nul_character_is_refused_not_a_database_error(client, seeded, small_s
     assert response.json()["errors"] == {"model.name": ["must not contain control characters"]}
 
 
+@pytest.mark.parametrize("field", ["gpu", "node", "fabric"])
+def test_a_nul_character_in_a_catalog_name_is_refused_not_a_database_error(client, seeded, small_spec, field):
+    # The catalog row is looked up by name before the spec's text rules run: PostgreSQL refuses NUL in a query.
+    small_spec["cluster"][field] = "H100\u0000"
+    response = post(client, small_spec)
+    assert response.status_code == 400
+    assert list(response.json()["errors"]) == [f"cluster.{field}"]
+
+
 def _done_plan(small_spec) -> Plan:
     spec = services.spec_parse(data=small_spec).to_dict()
     plan = Plan.objects.create(spec=spec, spec_hash=services.spec_hash(spec), top=3)
