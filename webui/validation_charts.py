@@ -1,7 +1,7 @@
 """Plotly figures for the /validation/ page, built from the validation snapshot (planner/data/validation.json).
 
 Same conventions as charts.py: plain {"data", "layout"} dicts passed with `json_script`, None when there is
-nothing to draw; static/webui/validation.js draws them.
+nothing to draw; static/webui/charts.js draws them.
 """
 from __future__ import annotations
 

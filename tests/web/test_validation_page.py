@@ -29,7 +29,7 @@ def test_the_validation_page_shows_the_figures_charts_and_constants(client):
     assert response.status_code == 200
     for chart in ("scatter", "by-group", "by-cohort"):
         assert f'id="chart-{chart}"' in page, chart
-    assert "/static/plotly/plotly.min." in page and "/static/webui/validation." in page
+    assert "/static/plotly/plotly.min." in page and "/static/webui/charts." in page
     assert 'id="summary"' in page and 'id="holdout"' in page and "Held out of every fit" in page
     assert f"build {snapshot['engine']['fingerprint']}" in page and 'id="stale"' not in page
     for group in snapshot["groups"]:

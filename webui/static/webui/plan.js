@@ -1,17 +1,8 @@
-// The plan page: draw the charts the server sent as data, or, while the plan is queued or running,
+// The plan page (its charts: charts.js): while the plan is queued or running,
 // poll its status and reload once it is done or failed (no blank page, no manual refresh).
 (function () {
   "use strict";
 
-  function drawCharts() {
-    var holder = document.getElementById("figures-data");
-    if (!holder || typeof Plotly === "undefined") return;
-    var figures = JSON.parse(holder.textContent);
-    document.querySelectorAll("[data-figure]").forEach(function (div) {
-      var fig = figures[div.dataset.figure];
-      if (fig) Plotly.newPlot(div, fig.data, fig.layout, {responsive: true, displaylogo: false});
-    });
-  }
 
   function watchProgress() {
     var box = document.getElementById("plan-progress");
@@ -48,6 +39,5 @@
     setTimeout(poll, delay);
   }
 
-  drawCharts();
   watchProgress();
 })();

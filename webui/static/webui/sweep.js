@@ -1,17 +1,8 @@
-// The sweep page: draw the charts the server sent as data; while scenarios are pending, poll the sweep's JSON,
+// The sweep page (its charts: charts.js): while scenarios are pending, poll the sweep's JSON,
 // move the progress bar and each row's status, and reload once every scenario is planned (charts and best).
 (function () {
   "use strict";
 
-  function drawCharts() {
-    var holder = document.getElementById("figures-data");
-    if (!holder || typeof Plotly === "undefined") return;
-    var figures = JSON.parse(holder.textContent);
-    document.querySelectorAll("[data-figure]").forEach(function (div) {
-      var fig = figures[div.dataset.figure];
-      if (fig) Plotly.newPlot(div, fig.data, fig.layout, {responsive: true, displaylogo: false});
-    });
-  }
 
   function showProgress(done, total) {
     var bar = document.getElementById("sweep-bar");
@@ -76,6 +67,5 @@
     setTimeout(poll, delay);
   }
 
-  drawCharts();
   watchProgress();
 })();

@@ -1,4 +1,5 @@
-// The validation page: draw the charts the server sent as data (webui/validation_charts.py).
+// Every page with charts: draw the Plotly figures the server sent as data (webui/charts.py and its siblings build
+// them; the page passes them with json_script as #figures-data), one per element with a data-figure name.
 (function () {
   "use strict";
   var holder = document.getElementById("figures-data");
