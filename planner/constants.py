@@ -101,7 +101,10 @@ COMM_INTERFERENCE = 0.25
 # sec. 3.3-3.4). FITTED within [0, 3] ms by bench/calibrate.py --fit.
 ZERO3_UNIT_OVERHEAD_S = 0.0015
 
-ENGINE_VERSION = "1.0"
+# Part of every identical-request hash (webui/services.py): a new version never reuses an answer of the old one.
+# 2.0: per-GPU constants as catalog data, FSDP/ZeRO-3 per-layer gathers, overlap and FP8 recipe costs, CP costs,
+# ZeRO-2 per-micro-batch reductions, refit on both reference files (issue 8).
+ENGINE_VERSION = "2.0"
 
 
 def as_dict() -> dict[str, float]:
