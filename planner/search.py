@@ -121,10 +121,12 @@ def vpp_options(spec: PlanSpec, pp: int) -> list[int]:
 
 
 def recompute_options(spec: PlanSpec) -> list[str]:
-    """Selective recomputation repeats the attention core to avoid storing the s x s scores. Flash attention never
-    stores them, so there it only costs time (Megatron-Core still allows it: --recompute-modules core_attn); the
-    search offers it only with unfused attention, and a pin is costed as asked."""
-    return list(RECOMPUTE) if spec.training.attention == "unfused" else ["none", "full"]
+    """Every mode, under either attention kernel: each is its own trade of memory for time. With unfused attention
+    selective recomputation repeats the attention core and drops the s x s scores (Korthikanti et al. 2022, sec. 5);
+    under flash attention it repeats the element-wise ops and every other GEMM and keeps ~40% of a layer's
+    activations (torchtitan per-op SAC; memory._selective_flash), which lets a layout that does not fit without
+    recomputation avoid full recomputation's whole repeated forward."""
+    return list(RECOMPUTE)
 
 
 def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vpp: int, sp: bool

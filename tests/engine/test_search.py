@@ -76,8 +76,9 @@ def test_selective_recompute_under_flash_attention_costs_time_and_saves_memory(c
     assert selective["step_time_s"] > none["step_time_s"]
     # It keeps the layer input, the attention output and every other GEMM output (torchtitan per-op SAC).
     assert selective["memory_gib"]["activations"] < 0.8 * none["memory_gib"]["activations"]
+    # The search offers it too: it sits between the two others in time and memory.
     unpinned = plan(parse_spec(example("llama3-70b-h100-512-pinned"), catalog), top=500)
-    assert all(p["layout"]["recompute"] != "selective" for p in unpinned["plans"])
+    assert {p["layout"]["recompute"] for p in unpinned["plans"]} >= {"none", "selective"}
 
 
 def test_a_fully_pinned_infeasible_layout_is_an_empty_answer_with_the_reason(catalog):
