@@ -1,14 +1,12 @@
 """Bad sweeps and compare requests get an answer naming the problem, never a 500."""
 from __future__ import annotations
 
-import json
-
 import pytest
 from hypothesis import given, strategies as st
 
 from planner.whatif.sweep import axis_paths
 
-from .test_fuzz import FUZZ, assert_names_fields, json_values
+from .test_fuzz import FUZZ, json_values, post_json_errors
 
 pytestmark = pytest.mark.django_db
 
@@ -22,21 +20,15 @@ axis_values = st.lists(json_values | st.sampled_from([8, 64, 128, "bf16", "fp8",
 @FUZZ
 @given(body=json_values)
 def test_any_json_body_to_the_sweep_api_is_a_201_or_a_400_with_field_errors(client, seeded, body):
-    response = client.post("/api/sweeps", json.dumps(body), content_type="application/json")
-    assert response.status_code in (201, 400), response.content
-    if response.status_code == 400:
-        assert_names_fields(response)
+    post_json_errors(client, "/api/sweeps", body)
 
 
 @FUZZ
 @given(vary=st.dictionaries(paths, axis_values, max_size=3), goal=st.none() | json_values)
 def test_any_axes_and_goal_over_a_good_base_are_a_201_or_name_the_axis(client, seeded, vary, goal):
     body = {"base": BASE, "vary": vary, **({"goal": goal} if goal is not None else {})}
-    response = client.post("/api/sweeps", json.dumps(body), content_type="application/json")
-    assert response.status_code in (201, 400), response.content
-    if response.status_code == 400:
-        errors = assert_names_fields(response)
-        assert all(f == "vary" or f.startswith(("vary.", "goal", "base.")) for f in errors), errors
+    errors = post_json_errors(client, "/api/sweeps", body)
+    assert all(f == "vary" or f.startswith(("vary.", "goal", "base.")) for f in errors), errors
 
 
 @FUZZ
