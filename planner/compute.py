@@ -19,6 +19,7 @@ from .model import is_gpt_style, kv_dim, mlp_width_per_token
 from .spec import GPUSpec, ModelSpec, TrainingSpec
 
 TILES = ((128, 128), (128, 256), (256, 128))  # output tiles cuBLAS chooses among (CUTLASS defaults)
+FUSED_ATTENTION = ("flash", "triton")  # kernels that never write the s x s scores to memory
 
 
 def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bool = False) -> np.ndarray:
@@ -102,6 +103,7 @@ class LayerTimes:
     logits_fwd: np.ndarray   # output projection + loss, on the last stage
     logits_bwd: np.ndarray
     selective_fwd: np.ndarray  # what selective recomputation repeats in the backward pass
+    full_fwd: np.ndarray       # what full recomputation repeats: the forward, or less with early stop
 
 
 def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard) -> LayerTimes:
@@ -112,13 +114,14 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
     qkv = gemm_fwd_bwd(t, (h + 2 * kvd) / tp, h, gpu, fp8)
     proj = gemm_fwd_bwd(t, h, h / tp, gpu, fp8)
     attn_f, attn_b = attention_times(m, gpu, training, shard)
-    dense_f, dense_b = _mlp_times(t, m.ffn_hidden / tp, h, up, gpu, fp8)
-    mlp_f, mlp_b = dense_f, dense_b
+    dense_f, dense_b, dense_down = _mlp_times(t, m.ffn_hidden / tp, h, up, gpu, fp8)
+    mlp_f, mlp_b, down_f = dense_f, dense_b, dense_down
     if m.is_moe:
-        moe_f, moe_b = _moe_mlp_times(m, gpu, fp8, shard)
+        moe_f, moe_b, moe_down = _moe_mlp_times(m, gpu, fp8, shard)
         dense_n, moe_n = m.layers - m.moe_layers, m.moe_layers
         mlp_f = (dense_n * dense_f + moe_n * moe_f) / m.layers
         mlp_b = (dense_n * dense_b + moe_n * moe_b) / m.layers
+        down_f = (dense_n * dense_down + moe_n * moe_down) / m.layers
     mem_f = elementwise_bytes(m, training, shard) * t / hbm_bytes_per_s(gpu)
     if fp8:
         mem_f = mem_f + fp8_weight_cast_bytes(m, shard) / hbm_bytes_per_s(gpu)
@@ -130,24 +133,35 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
     # Selective recomputation repeats the attention core when attention is unfused (Korthikanti et al. 2022);
     # with flash attention it repeats the element-wise ops and every other GEMM (memory._selective_flash).
     selective = attn_f if training.attention == "unfused" else 0.5 * gemm_f + mem_f + launches
+    # Full recomputation repeats the layer's forward (Megatron's checkpoint function reruns the whole layer).
+    # PyTorch's non-reentrant torch.utils.checkpoint stops once it has rebuilt the last tensor the backward
+    # saved (set_checkpoint_early_stop, on by default since PyTorch 2.1): the MLP's output projection, whose output
+    # the backward never reads, and the residual add after it (3h of the layer's element-wise bytes) are skipped.
+    full = fwd
+    if training.recompute_early_stop:
+        full = fwd - down_f - 3.0 * h * t / np.where(shard.sp, tp, 1) * 2.0 / hbm_bytes_per_s(gpu)
     logits_f, logits_b = gemm_fwd_bwd(t, m.vocab / tp, h, gpu, fp8)
     # Vocab-parallel cross-entropy in fp32 (Megatron): ~3 passes over the logits forward (max, exp-sum, loss),
     # ~2.5 backward, 4 bytes each.
     loss_bytes = t * m.vocab / tp * 4.0
     logits_f = logits_f + 3.0 * loss_bytes / hbm_bytes_per_s(gpu)
     logits_b = logits_b + 2.5 * loss_bytes / hbm_bytes_per_s(gpu)
-    return LayerTimes(fwd, bwd, attn_f, logits_f, logits_b, np.broadcast_to(selective, np.shape(fwd)).copy())
+    shape = np.shape(fwd)
+    return LayerTimes(fwd, bwd, attn_f, logits_f, logits_b, np.broadcast_to(selective, shape).copy(),
+                      np.broadcast_to(full, shape).copy())
 
 
 def _mlp_times(t: np.ndarray, width: np.ndarray, h: int, up: int, gpu: GPUSpec, fp8: bool
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """A (TP-split) MLP: up (gate and up fused when gated) then down."""
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A (TP-split) MLP: up (gate and up fused when gated) then down. Returns forward, backward and the down
+    projection's forward."""
     f_up = gemm_fwd_bwd(t, up * width, h, gpu, fp8)
     f_down = gemm_fwd_bwd(t, h, width, gpu, fp8)
-    return f_up[0] + f_down[0], f_up[1] + f_down[1]
+    return f_up[0] + f_down[0], f_up[1] + f_down[1], f_down[0]
 
 
-def _moe_mlp_times(m: ModelSpec, gpu: GPUSpec, fp8: bool, shard: Shard) -> tuple[np.ndarray, np.ndarray]:
+def _moe_mlp_times(m: ModelSpec, gpu: GPUSpec, fp8: bool, shard: Shard
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Routed experts hold whole (not TP-split) weights, as Megatron-Core's expert tensor parallel size 1;
     the layer's tokens are split over TP ranks (sequence parallel) and routed across the EP group, so with
     balanced routing each of the E/ep local experts sees tokens x top_k x ep / E rows (Lepikhin et al. 2020)."""
@@ -161,10 +175,11 @@ def _moe_mlp_times(m: ModelSpec, gpu: GPUSpec, fp8: bool, shard: Shard) -> tuple
     router = gemm_fwd_bwd(shard.tokens(m), m.experts, h, gpu, False)
     fwd = local_experts * (e_up[0] + e_down[0]) + router[0]
     bwd = local_experts * (e_up[1] + e_down[1]) + router[1]
+    down = local_experts * e_down[0]
     if m.shared_experts:
-        s_f, s_b = _mlp_times(shard.tokens(m), m.shared_experts * fe / shard.tp, h, up, gpu, fp8)
-        fwd, bwd = fwd + s_f, bwd + s_b
-    return fwd, bwd
+        s_f, s_b, s_down = _mlp_times(shard.tokens(m), m.shared_experts * fe / shard.tp, h, up, gpu, fp8)
+        fwd, bwd, down = fwd + s_f, bwd + s_b, down + s_down
+    return fwd, bwd, down
 
 
 def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
@@ -174,10 +189,12 @@ def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: S
     CP ranks each hold s/cp queries against all s keys (ring attention), swept in cp steps of s/cp keys each.
     """
     t, heads = shard.tokens(m), m.heads / shard.tp
-    if training.attention == "flash":
+    if training.attention in FUSED_ATTENTION:
         # 4 s h FLOPs per query token over the square (model.flops_per_token), half of it under the causal mask.
         flops = 4.0 * t * m.seq_len * (m.hidden / shard.tp) * C.CAUSAL_FRACTION
         rate = gpu.peak_tflops * 1e12 * gpu.sustained_clock * gpu.attention_efficiency
+        if training.attention == "triton":
+            rate = rate * C.TRITON_FLASH_RELATIVE
         fwd = flops * _flash_overhead(m.seq_len, shard.cp, training.cp_load_balance) / rate
         # Ring attention launches one attention kernel per step and one softmax-correction kernel (merging the
         # step's partial output by its log-sum-exp) per step after the first (Transformer Engine

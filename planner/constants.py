@@ -2,7 +2,8 @@
 
 They are efficiencies and byte counts, never per-case corrections: one set serves every GPU, model and layout.
 The ones marked FITTED were fitted by `bench/calibrate.py --fit` on the rows of both reference files that
-planner.holdout keeps in the fit (GEMM_K_HALF ended at the top of its range, 256; COMM_INTERFERENCE at 0.25); every other value comes from a cited measurement. Communication
+planner.holdout keeps in the fit (GEMM_K_HALF and COMM_INTERFERENCE ended at the top of their ranges, 256 and 0.3;
+TRITON_FLASH_RELATIVE at 0.65); every other value comes from a cited measurement. Communication
 efficiencies live in `collectives.py` beside the collective model that uses them.
 """
 from __future__ import annotations
@@ -22,6 +23,11 @@ GEMM_TILE_N = 128
 # Causal flash attention's fraction of the BF16 peak is per-GPU catalog data (attention_efficiency).
 # FlashAttention's backward pass does 2.5x the forward's matmul work (it recomputes S and P): Dao 2023, sec. 3.
 FLASH_BACKWARD_FACTOR = 2.5
+# FlashAttention written in Triton (the 2022-23 kernels llm-foundry's attn_impl=triton and others shipped) runs at
+# this fraction of the FlashAttention-2-class rate of the catalog: "FlashAttention-2 is 1.3-2.5x faster than
+# FlashAttention in Triton" for the forward and backward pass together (Dao 2023, FlashAttention-2, sec. 4.1 and
+# fig. 4, A100, head dim 64 and 128). FITTED within [1/2.5, 1/1.3] = [0.40, 0.77].
+TRITON_FLASH_RELATIVE = 0.65
 # Causal masking lets flash attention skip half of the s x s square; unfused attention computes all of it.
 CAUSAL_FRACTION = 0.5
 # Flash attention's rate grows with the key length L one kernel sweeps: rate = plateau x L / (L + L_half). The
@@ -76,6 +82,9 @@ ADAM_BYTES_PER_PARAM = 34
 WEIGHT_BYTES = 2
 OPTIMIZER_BYTES = 12
 GRAD_BYTES = {"bf16": 4, "fp8": 4, "fp16": 2}
+# ... unless the stack reduces them in bf16 (Megatron --grad-reduce-in-bf16; FSDP MixedPrecision(reduce_dtype=
+# bfloat16), as fms-fsdp's bfSixteen policy): training.grad_reduce_dtype.
+GRAD_BYTES_BF16_REDUCE = 2
 # CUDA context, cuBLAS workspaces and NCCL buffers per GPU, GiB (PyTorch + NCCL defaults: context ~0.5 GiB,
 # NCCL ~0.3-1 GiB with 8-32 channels of 4 MiB buffers per peer).
 RUNTIME_RESERVE_GIB = 1.5
@@ -93,18 +102,14 @@ DP_OVERLAP_EFFICIENCY = 0.8
 # through the HBM the overlapped GEMMs use (NCCL docs, NCCL_MIN/MAX_NCHANNELS; Rashidi et al. 2021, "Enabling
 # Compute-Communication Overlap in Distributed Deep Learning Training Platforms": 10-30% slowdown of the
 # overlapped compute). FITTED within [0.05, 0.3].
-COMM_INTERFERENCE = 0.25
-# Host-side cost of one ZeRO-3 / FSDP unit (one layer) per pass, seconds: its pre-forward / pre-backward hooks issue
-# the all-gather, wait on the rate limiter's event (FSDP limit_all_gathers keeps at most two gathers in flight, so
-# the CPU cannot run ahead of the GPU and its per-unit work becomes GPU idle time), build the flat parameter's
-# views, and after the backward reduce-scatter and copy the gradient shard (Zhao et al. 2023, PyTorch FSDP,
-# sec. 3.3-3.4). FITTED within [0, 3] ms by bench/calibrate.py --fit.
-ZERO3_UNIT_OVERHEAD_S = 0.0015
+COMM_INTERFERENCE = 0.3
 
 # Part of every identical-request hash (webui/services.py): a new version never reuses an answer of the old one.
 # 2.0: per-GPU constants as catalog data, FSDP/ZeRO-3 per-layer gathers, overlap and FP8 recipe costs, CP costs,
 # ZeRO-2 per-micro-batch reductions, refit on both reference files (issue 8).
-ENGINE_VERSION = "2.0"
+# 2.1: no per-FSDP-unit host time; Triton flash attention, FSDP-style ZeRO-2, bf16 gradient reduction, early-stop
+# and partial recomputation, FP8 sequence-parallel gathers; refit.
+ENGINE_VERSION = "2.1"
 
 
 def as_dict() -> dict[str, float]:

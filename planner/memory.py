@@ -33,6 +33,7 @@ class Layouts:
     micro_batch: np.ndarray
     vpp: np.ndarray
     recompute: np.ndarray   # codes of RECOMPUTE_CODES
+    full_share: np.ndarray  # float: the share of layers whose whole forward is recomputed (0 unless full)
     sp: np.ndarray          # bool
     zero: np.ndarray
     order: np.ndarray       # index into spec.RANK_ORDERS
@@ -94,7 +95,7 @@ def activation_bytes_per_token(m: ModelSpec, training: TrainingSpec, lay: Layout
     replicated = np.where(lay.sp, replicated / tp, replicated)
     mlp_inner = (4.0 if not m.gated_mlp else 6.0) * mlp_width_per_token(m)
     split = (2.0 * h + 4.0 * kv_dim(m) + 2.0 * h + mlp_inner) / tp
-    flash = training.attention == "flash"
+    flash = training.attention != "unfused"  # fused kernels (flash, triton) never store the s x s squares
     squares = np.zeros(len(lay)) if flash else (5.0 if dropout else 2.0) * m.heads * m.seq_len / tp
     per_token = replicated + split + squares
     # Selective recomputation: with unfused attention it repeats the attention core and drops the squares
@@ -102,8 +103,9 @@ def activation_bytes_per_token(m: ModelSpec, training: TrainingSpec, lay: Layout
     # repeats the element-wise ops and part of the GEMMs instead (_selective_flash).
     selective = np.where(flash, _selective_flash(m, lay), per_token - squares)
     full = np.where(lay.sp, 2.0 * h / tp, 2.0 * h)
-    stored = np.select([lay.recompute == RECOMPUTE_CODES["full"], lay.recompute == RECOMPUTE_CODES["selective"]],
-                       [full, selective], per_token)
+    # Recomputing part of the layers (Megatron's block method) keeps the others' activations whole.
+    stored = np.where(lay.recompute == RECOMPUTE_CODES["selective"], selective,
+                      lay.full_share * full + (1.0 - lay.full_share) * per_token)
     return stored, per_token
 
 
@@ -145,7 +147,7 @@ def memory_per_gpu(m: ModelSpec, training: TrainingSpec, pc: ParamCount, lay: La
     # the 16-bit weights exist only while a layer is gathered (Zhao et al. 2023, PyTorch FSDP, sec. 4: flat
     # parameters, mixed precision casts the gathered shard).
     weights = np.where(lay.zero >= 3, 0.0, sharded(3, C.WEIGHT_BYTES))
-    grads = sharded(2, C.GRAD_BYTES[training.precision])
+    grads = sharded(2, grad_bytes(training))
     optimizer = sharded(1, C.OPTIMIZER_BYTES)
     activations = _activations(m, training, lay)
     buffers = _comm_buffers(m, lay) + _gathered_layers(m, training, pc, lay)
@@ -155,12 +157,18 @@ def memory_per_gpu(m: ModelSpec, training: TrainingSpec, pc: ParamCount, lay: La
     return MemoryBreakdown(weights, grads, optimizer, activations, other)
 
 
+def grad_bytes(training: TrainingSpec) -> int:
+    """Bytes of one gradient as it is accumulated and reduced: GRAD_BYTES of the precision, 2 when reduced in
+    bf16."""
+    return C.GRAD_BYTES_BF16_REDUCE if training.grad_reduce_dtype == "bf16" else C.GRAD_BYTES[training.precision]
+
+
 def _gathered_layers(m: ModelSpec, training: TrainingSpec, pc: ParamCount, lay: Layouts) -> np.ndarray:
     """ZeRO-3 / FSDP unsharded buffers: the layer being computed and the one prefetched (2-byte weights), and
     one layer's unsharded gradient before its reduce-scatter (FSDP: forward_prefetch/backward_prefetch keep at
     most two all-gathers in flight, limit_all_gathers; Zhao et al. 2023, sec. 3.3)."""
     per_layer = (pc.total - pc.embedding - pc.output) / m.layers / lay.tp
-    grad = C.GRAD_BYTES[training.precision]
+    grad = grad_bytes(training)
     return np.where(lay.zero >= 3, per_layer * (2 * C.WEIGHT_BYTES + grad), 0.0)
 
 
@@ -172,7 +180,7 @@ def _activations(m: ModelSpec, training: TrainingSpec, lay: Layouts) -> np.ndarr
     interleave = np.where(lay.vpp > 1, 1.0 + (lay.pp - 1) / (lay.pp * lay.vpp), 1.0)
     first_stage = tokens * stored * n * in_flight * interleave
     # Full recomputation rebuilds one layer's activations at a time during the backward pass.
-    first_stage = first_stage + np.where(lay.recompute == RECOMPUTE_CODES["full"], tokens * working, 0.0)
+    first_stage = first_stage + np.where(lay.full_share > 0, tokens * working, 0.0)
     # The last stage keeps fp32 logits of one micro-batch for the loss (vocab-parallel cross-entropy).
     logits = tokens * m.vocab / lay.tp * 4.0
     last_stage = tokens * stored * n + logits

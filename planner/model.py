@@ -172,12 +172,12 @@ def model_flops_per_step(m: ModelSpec, global_batch: int) -> float:
     return 3.0 * flops_per_token(m).forward(m.layers) * global_batch * m.seq_len
 
 
-def hardware_flops_per_step(m: ModelSpec, global_batch: int, recompute: str) -> float:
+def hardware_flops_per_step(m: ModelSpec, global_batch: int, recompute: str, full_share: float = 1.0) -> float:
     """FLOPs actually executed: full recomputation repeats the forward of every layer (not the logits), as in
-    Narayanan et al. 2021, Eq. 3 (96 B s l h^2 (1 + s/6h + V/16lh)); selective repeats the attention core
-    (Korthikanti et al. 2022, sec. 5)."""
+    Narayanan et al. 2021, Eq. 3 (96 B s l h^2 (1 + s/6h + V/16lh)), or of `full_share` of them; selective
+    repeats the attention core (Korthikanti et al. 2022, sec. 5)."""
     fpt = flops_per_token(m)
     extra = {"none": 0.0,
              "selective": fpt.attention_per_layer * m.layers,
-             "full": (fpt.gemm_per_layer + fpt.attention_per_layer) * m.layers}[recompute]
+             "full": full_share * (fpt.gemm_per_layer + fpt.attention_per_layer) * m.layers}[recompute]
     return model_flops_per_step(m, global_batch) + extra * global_batch * m.seq_len

@@ -5,11 +5,10 @@ the engine searches only what the row leaves open (e.g. micro-batch size, interl
 step time is compared with the measured one. Interpretation rules for rows, stated once here:
 - Hardware: the GPU type names a catalog GPU and its usual node (A100 "80GB" or an 80 GB memory -> 80 GB, else the
   40 GB part that DGX A100 shipped with in 2020); stated GPUs per node, NVLink domain, NICs and port speed override
-  the node; the port speed picks the InfiniBand generation (100 EDR, 200 HDR, 400 NDR, 800 XDR).
-- Attention kernel: runs on V100 and A100 in this format predate FlashAttention (2022) and used Megatron's
-  unfused softmax; Hopper and later use flash attention.
-- Recomputation: as stated; Megatron-LM's 2020 README runs used --checkpoint-activations (its TFLOP/s count the
-  recomputed forward, per the rows' tflops_kind).
+  the node; the port speed picks the InfiniBand generation (100 EDR, 200 HDR, 400 NDR, 800 XDR); without a port
+  speed, the bandwidth and kind (RoCE, Ethernet, EFA) the fabric notes give set one NIC per GPU.
+- Attention kernel, precision, recompute, sharding, software switches (torch.compile, async TP, FP8 gathers) and
+  the network in the fabric notes: what the row's text says, read by planner/runtext.py.
 - Sequence parallelism and optimizer sharding are opt-in features a paper states when it uses them: a null
   means off (SP off, ZeRO stage 0). Both postdate the 2020-21 Megatron runs (Korthikanti et al. 2022).
 - The measured step time: step_time_s, else the derived one, else from tokens/s/GPU, MFU or TFLOP/s/GPU (hardware
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import runtext as rt
 from .catalog import Catalog, load_catalog
 from .model import flops_per_token, hardware_flops_per_step, model_flops_per_step, param_count
 from .report import plan
@@ -42,7 +42,8 @@ NODE_BY_GPU = {"GB300": "GB300 NVL72 compute tray", "B300": "HGX B300", "GB200":
                "V100 SXM3 32GB": "DGX-2 (V100)", "A100 SXM4 80GB": "DGX A100", "A100 SXM4 40GB": "DGX A100"}
 FABRIC_BY_PORT = {100: "EDR InfiniBand fat tree", 200: "HDR InfiniBand fat tree", 400: "NDR InfiniBand fat tree",
                   800: "XDR InfiniBand fat tree"}
-PRE_FLASH_GPUS = ("V100", "A100")
+# End-to-end latency of a fabric a row names only by its kind (as the catalog's RoCE, TCP and EFA fabrics).
+FABRIC_LATENCY_US = {"roce": 3.0, "ethernet": 30.0, "efa": 15.0}
 # Vocabulary of a tokenizer a row names but whose size it leaves out: the padded vocab_size of the model's
 # published config.json (DeepSeek-V3: 129,280 = 40 x 3,232; Qwen3: 151,936 = 128 x 1,187, the rows' stated
 # make_vocab_size_divisible_by).
@@ -70,51 +71,6 @@ def _derived(row: dict[str, Any], key: str) -> Any:
     return (row.get("derived") or {}).get(key)
 
 
-def _recompute(row: dict[str, Any]) -> str | None:
-    """The row's recompute text: "full ...", "selective ..." (per-op or per-block: the engine's one selective
-    mode), "none ..."; "not stated" leaves it to the search."""
-    text = (row.get("recompute") or "").lower()
-    if text.startswith("not stated") or "not stated" in text[:40]:
-        return None
-    if any(word in text for word in ("block-level", "per-layer", "every k-th")):
-        return None  # checkpoints an unstated fraction of the blocks: between none and full, the search picks
-    for value in ("selective", "full", "none"):
-        if text.startswith(value) or (value == "none" and text.startswith("no ")):
-            return value
-    if "megatron-lm readme" in row.get("source", {}).get("title", "").lower():
-        return "full"
-    return None
-
-
-def _zero(sharding: Any) -> int:
-    """optimizer_sharding: null or false -> 0; a ZeRO stage number; FSDP full shard / FSDP2 fully_shard / hybrid
-    shard / ZeRO-3 -> 3; FSDP SHARD_GRAD_OP / ZeRO-2 -> 2; "distributed optimizer" or ZeRO-1 -> 1."""
-    if isinstance(sharding, int) and not isinstance(sharding, bool):
-        return sharding
-    text = str(sharding or "").lower()
-    if not text or text in ("none", "false", "no"):
-        return 0
-    if "shard_grad_op" in text or "zero-2" in text or "zero 2" in text or "stage 2" in text:
-        return 2
-    if any(word in text for word in ("zero-3", "zero 3", "stage 3", "full_shard", "fully_shard", "fsdp",
-                                     "hybrid_shard")):
-        return 3
-    return 1
-
-
-def _precision(row: dict[str, Any], gpu: str) -> str:
-    """fp8 for any FP8 recipe (Transformer Engine delayed/blockwise, MXFP8, torchao Float8); bf16 as stated;
-    "fp16", "16-bit" or unstated on V100/A100 -> fp16 (Megatron trained GPT in fp16 until 2021; only the gradient
-    width, 2 vs 4 bytes, differs in the model)."""
-    text = (row.get("precision") or "").lower()
-    if "fp8" in text or "float8" in text:
-        return "fp8"
-    if "bf16" in text:
-        return "bf16"
-    pre_bf16 = any(g in gpu for g in PRE_FLASH_GPUS)
-    return "fp16" if ("fp16" in text or "16-bit" in text or not text) and pre_bf16 else "bf16"
-
-
 def _gated(row: dict[str, Any], catalog: Catalog) -> bool:
     """Gated (SwiGLU) MLP if the notes say so; otherwise whichever of gated / plain matches the stated parameter
     count better (Llama-style models have ffn_hidden 2.7-3.5 h and three matrices); otherwise plain when
@@ -131,13 +87,6 @@ def _gated(row: dict[str, Any], catalog: Catalog) -> bool:
             return abs(param_count(parse_spec(doc, catalog).model).total / 1e9 - stated)
         return error(True) < error(False)
     return bool(row.get("ffn_hidden")) and row["ffn_hidden"] != 4 * row["hidden"]
-
-
-def _dropout(row: dict[str, Any]) -> bool | None:
-    """Off when the notes say "dropout 0" and for MPT (llm-foundry MPTConfig: attn_pdrop = resid_pdrop =
-    emb_pdrop = 0); otherwise the engine's default (on for GPT-style models)."""
-    text = " ".join(str(row.get(k) or "") for k in ("arch_notes", "model")).lower()
-    return False if "dropout 0" in text or text.startswith("mpt") or " mpt" in text[:40] else None
 
 
 def _vocab(row: dict[str, Any]) -> int | None:
@@ -173,29 +122,45 @@ def _model_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None) -> dic
     model = {"name": row["model"], "layers": row["layers"], "hidden": row["hidden"], "heads": row["heads"],
              "kv_heads": row.get("kv_heads"), "ffn_hidden": row.get("ffn_hidden"), "vocab": _vocab(row),
              "seq_len": row["seq_len"], "gated_mlp": _gated(row, catalog) if gated is None else gated,
-             "tied_embeddings": "tied" in notes and "untied" not in notes, "dropout": _dropout(row)}
+             "tied_embeddings": "tied" in notes and "untied" not in notes, "dropout": rt.dropout(row)}
     for key in ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "dense_layers"):
         if row.get(key):
             model[key] = row[key]
     return model
 
 
-def _layout_doc(row: dict[str, Any]) -> dict[str, Any]:
+def _layout_doc(row: dict[str, Any], model: dict[str, Any], catalog: Catalog) -> dict[str, Any]:
     layout = {k: row.get(k) if row.get(k) is not None else _derived(row, f"derived_{k}")
               for k in ("tp", "pp", "dp", "cp", "ep", "micro_batch")}
     interleaved = "interleaved" in (row.get("pipeline_schedule") or "").lower()
     vp = row.get("vp") or _derived(row, "derived_vp") or (interleaved and _derived(row, "derived_chunks_per_stage"))
     schedule = (row.get("pipeline_schedule") or "").lower()
     layout["vpp"] = _first_int(vp) or (1 if "1f1b" in schedule and not interleaved else None)
-    layout["recompute"] = _recompute(row)
+    layout["recompute"] = rt.recompute_mode(row)
+    if rt.block_level(row) and (share := _block_share(row, model, catalog)) is not None:
+        layout["recompute"], layout["recompute_fraction"] = "full", round(share, 4)
     layout["sequence_parallel"] = bool(row.get("sequence_parallel")) and (layout["tp"] or 1) > 1
     if layout["ep"] and layout["dp"] and layout["dp"] % layout["ep"]:
         # Megatron-Core folds EP over TP x DP when expert TP is 1; the engine carves EP out of DP only.
         layout["ep"] = math.gcd(layout["ep"], layout["dp"])
-    layout["zero"] = _zero(row.get("optimizer_sharding"))
+    layout["zero"] = rt.zero_stage(row.get("optimizer_sharding"))
     layout["cp"] = layout["cp"] or 1
     layout["ep"] = layout["ep"] or 1
     return {k: v for k, v in layout.items() if v is not None}
+
+
+def _block_share(row: dict[str, Any], model: dict[str, Any], catalog: Catalog) -> float | None:
+    """The share of layers a block-level checkpointing row recomputes (runtext.recompute_fraction), from the
+    model's forward FLOPs per token: all of them and those of the layers."""
+    try:
+        m = parse_spec({"model": model, "training": {"global_batch": 1},
+                        "cluster": {"num_gpus": 1, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
+                                    "fabric": "NDR InfiniBand fat tree"}}, catalog).model
+    except SpecError:
+        return None
+    fpt = flops_per_token(m)
+    layers = m.layers * (fpt.gemm_per_layer + fpt.attention_per_layer)
+    return rt.recompute_fraction(row, 3.0 * fpt.forward(m.layers), layers)
 
 
 def _first_int(value: Any) -> int | None:
@@ -209,66 +174,43 @@ def _first_int(value: Any) -> int | None:
 def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = None) -> dict[str, Any]:
     """The plan spec document of a published run, with its stated layout pinned."""
     gpu = gpu_name(row)
+    node, fabric = _network(row, catalog, gpu)
+    notes = (row.get("notes") or "").lower()
+    model = _model_doc(row, catalog, gated)
+    return {"model": model,
+            "training": {"global_batch": _global_batch(row), "precision": rt.precision(row, gpu),
+                         "attention": rt.attention_kernel(row, gpu), "tp_comm_overlap": rt.tp_overlap(row),
+                         "elementwise": rt.elementwise(row), "recompute_early_stop": rt.native_stack(row),
+                         "ep_comm_overlap": "overlap_moe_expert_parallel_comm true" in notes,
+                         "fp8_param_gather": rt.fp8_gather(row), "zero_granularity": rt.zero_granularity(row),
+                         "grad_reduce_dtype": rt.grad_reduce_dtype(row),
+                         "fp8_recipe": "rowwise" if "rowwise" in (row.get("precision") or "").lower() else "tensorwise",
+                         "ep_dispatch": "dedup" if any(w in notes for w in ("deepep", "hybridep")) else "all_to_all"},
+            "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},
+            "layout": _layout_doc(row, model, catalog)}
+
+
+def _network(row: dict[str, Any], catalog: Catalog, gpu: str) -> tuple[dict[str, Any], str | dict[str, Any]]:
+    """The node (the GPU's usual one, with what the row states overriding it) and the fabric: InfiniBand of the
+    stated port speed; else what the fabric notes give (bandwidth per GPU or per node, RoCE / Ethernet / EFA),
+    one NIC per GPU carrying the GPU's share."""
     node = dict(catalog["node"][NODE_BY_GPU[gpu]])
     for key, field in (("gpus_per_node", "gpus"), ("nvlink_domain_gpus", "nvlink_domain_gpus"),
                        ("nics_per_node", "nics"), ("ib_gbps_per_port", "nic_gbits_per_s"),
                        ("nvlink_gbytes_per_s_per_gpu", "nvlink_gbytes_per_s")):
         if row.get(key):
             node[field] = row[key]
+    per_gpu, kind = rt.network(row, node["gpus"])
+    if per_gpu and not (row.get("nics_per_node") or row.get("ib_gbps_per_port")):
+        node["nics"], node["nic_gbits_per_s"] = node["gpus"], per_gpu
     if row["gpus"] < node["gpus"]:
         node["gpus"] = node["nvlink_domain_gpus"] = row["gpus"]  # part of one node (Zero Bubble's 8-GPU rows)
     if node["nvlink_domain_gpus"] == 72 and row["gpus"] % 72 and row["gpus"] % 64 == 0:
         node["nvlink_domain_gpus"] = 64  # NVL72 racks run jobs of 64 GPUs (16 of 18 trays, 2 spares)
-    fabric = FABRIC_BY_PORT.get(int(node["nic_gbits_per_s"]), "NDR InfiniBand fat tree")
-    attention = "unfused" if any(g in gpu for g in PRE_FLASH_GPUS) and _pre_flash(row) else "flash"
-    return {"model": _model_doc(row, catalog, gated),
-            "training": {"global_batch": _global_batch(row), "precision": _precision(row, gpu),
-                         "attention": attention, "tp_comm_overlap": _tp_overlap(row),
-                         "elementwise": _elementwise(row),
-                         "ep_comm_overlap": "overlap_moe_expert_parallel_comm true" in (row.get("notes") or "").lower(),
-                         "fp8_param_gather": _fp8_gather(row),
-                         "fp8_recipe": "rowwise" if "rowwise" in (row.get("precision") or "").lower() else "tensorwise",
-                         "ep_dispatch": "dedup" if any(w in (row.get("notes") or "").lower()
-                                                       for w in ("deepep", "hybridep")) else "all_to_all"},
-            "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},
-            "layout": _layout_doc(row)}
-
-
-def _tp_overlap(row: dict[str, Any]) -> bool:
-    """TP communication overlap when the row names it: torchtitan async TP, Megatron --tp-comm-overlap."""
-    text = " ".join(str(row.get(k) or "") for k in ("id", "precision", "notes", "model")).lower()
-    if "vanilla tp" in text or "vanillatp" in text:
-        return False  # the synchronous baseline of an async-TP comparison
-    return any(word in text for word in ("asynctp", "async tp", "async-tp", "tp-comm-overlap", "tp_comm_overlap"))
-
-
-def _elementwise(row: dict[str, Any]) -> str:
-    """Eager for PyTorch-stack rows (the F_ groups) unless they say torch.compile was on; fused for Megatron."""
-    if not str(row.get("group") or "").startswith("F_"):
-        return "fused"
-    text = " ".join(str(row.get(k) or "") for k in ("id", "precision", "notes")).lower()
-    off = any(w in text for w in ("compile: off", "compile=false", "compile = false"))
-    on = any(w in text for w in ("compile on", "compile: on", "+ torch.compile", "(torch.compile)", "_compile"))
-    return "fused" if on and not off else "eager"
-
-
-def _fp8_gather(row: dict[str, Any]) -> bool:
-    """FP8 parameter gathers when the row says so (fp8_param_gather, float8 all-gather, "fp8ag")."""
-    text = " ".join(str(row.get(k) or "") for k in ("id", "precision", "notes")).lower()
-    if "bf16 fsdp all-gather" in text or "bf16ag" in text:
-        return False
-    return any(w in text for w in ("fp8_param_gather true", "fp8_param_gather", "float8 all-gather",
-                                   "float8_all_gather=true", "fp8ag", "float8 fsdp2 all-gather"))
-
-
-def _pre_flash(row: dict[str, Any]) -> bool:
-    """Runs before FlashAttention (2022) used unfused attention: the 2020-21 Megatron rows of published_runs.json.
-    Rows of the calibration set say which kernel they used, and all later stacks use a fused one (FlashAttention,
-    Triton or SDPA), as does Zero Bubble's Megatron fork (2023)."""
-    text = " ".join(str(row.get(k) or "") for k in ("notes", "arch_notes", "model")).lower()
-    if any(word in text for word in ("flash", "triton", "sdpa", "zero bubble")):
-        return False
-    return not str(row.get("group") or "").startswith(("F_", "M_"))
+    if kind in (None, "infiniband") or row.get("ib_gbps_per_port"):
+        return node, FABRIC_BY_PORT.get(int(node["nic_gbits_per_s"]), "NDR InfiniBand fat tree")
+    return node, {"name": f"{kind} fat tree (the run's fabric notes)", "topology": "fat_tree", "kind": kind,
+                  "latency_us": FABRIC_LATENCY_US[kind], "switch_radix": 64}
 
 
 def measured_step_time(row: dict[str, Any], spec: PlanSpec) -> float | None:

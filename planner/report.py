@@ -59,7 +59,9 @@ def collectives_constants() -> dict[str, float]:
 def layout_dict(lay: Layouts, i: int) -> dict[str, Any]:
     return {"tp": int(lay.tp[i]), "pp": int(lay.pp[i]), "dp": int(lay.dp[i]), "cp": int(lay.cp[i]),
             "ep": int(lay.ep[i]), "micro_batch": int(lay.micro_batch[i]), "vpp": int(lay.vpp[i]),
-            "recompute": RECOMPUTE[int(lay.recompute[i])], "sequence_parallel": bool(lay.sp[i]),
+            "recompute": RECOMPUTE[int(lay.recompute[i])],
+            "recompute_fraction": round(float(lay.full_share[i]), 6) if int(lay.recompute[i]) == 2 else None,
+            "sequence_parallel": bool(lay.sp[i]),
             "zero": int(lay.zero[i]), "rank_order": RANK_ORDERS[int(lay.order[i])]}
 
 
@@ -75,7 +77,8 @@ def plan_entry(spec: PlanSpec, pc: ParamCount, ev: Evaluation, i: int) -> dict[s
     n_gpus, tr = spec.cluster.num_gpus, spec.training
     mem = memory_per_gpu(spec.model, tr, pc, one)
     model_flops = model_flops_per_step(spec.model, tr.global_batch)
-    hw_flops = hardware_flops_per_step(spec.model, tr.global_batch, RECOMPUTE[int(one.recompute[0])])
+    hw_flops = hardware_flops_per_step(spec.model, tr.global_batch, RECOMPUTE[int(one.recompute[0])],
+                                       float(one.full_share[0]))
     # MFU and HFU are against the dense peak of the training precision: FP8 runs against the FP8 peak.
     peak = spec.cluster.gpu.fp8_peak_tflops if tr.precision == "fp8" else spec.cluster.gpu.peak_tflops
     tokens_per_s = tr.global_batch * spec.model.seq_len / step

@@ -182,7 +182,8 @@ def enumerate_layouts(spec: PlanSpec, rejected: Rejections) -> Layouts:
             rejected.add(*why)
         else:
             blocks.append(_inner(spec, tp, pp, cp, dp, rejected))
-    return _layouts(np.concatenate(blocks) if blocks else np.zeros((0, 11), dtype=np.int64))
+    return _layouts(np.concatenate(blocks) if blocks else np.zeros((0, 11), dtype=np.int64),
+                    spec.layout.recompute_fraction)
 
 
 def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejections) -> np.ndarray:
@@ -244,11 +245,15 @@ def _count_inner(rejected: Rejections, verdict: np.ndarray, failed: list[tuple[s
         rejected.add(reason, message, int(counts[k]))
 
 
-def _layouts(rows: np.ndarray) -> Layouts:
-    """Rows of (tp, pp, dp, cp, ep, micro_batch, vpp, recompute code, sp, zero, rank order index)."""
+def _layouts(rows: np.ndarray, recompute_fraction: float | None = None) -> Layouts:
+    """Rows of (tp, pp, dp, cp, ep, micro_batch, vpp, recompute code, sp, zero, rank order index); full
+    recomputation covers `recompute_fraction` of the layers (the spec's pin; all of them by default)."""
     cols = rows.T
+    full = np.where(cols[7] == RECOMPUTE_CODES["full"], 1.0 if recompute_fraction is None else recompute_fraction,
+                    0.0)
     return Layouts(tp=cols[0], pp=cols[1], dp=cols[2], cp=cols[3], ep=cols[4], micro_batch=cols[5],
-                   vpp=cols[6], recompute=cols[7], sp=cols[8].astype(bool), zero=cols[9], order=cols[10])
+                   vpp=cols[6], recompute=cols[7], full_share=full, sp=cols[8].astype(bool), zero=cols[9],
+                   order=cols[10])
 
 
 @dataclass
@@ -339,7 +344,9 @@ def label(lay: Layouts, i: int) -> str:
     parts += [f"CP{lay.cp[i]}"] if lay.cp[i] > 1 else []
     parts += [f"EP{lay.ep[i]}"] if lay.ep[i] > 1 else []
     parts += [f"mb{lay.micro_batch[i]}"] + ([f"v{lay.vpp[i]}"] if lay.vpp[i] > 1 else [])
-    parts += [f"{rc} recompute"] if rc != "none" else []
+    share = float(lay.full_share[i])
+    parts += [f"{rc} recompute" + (f" of {share:.0%} of layers" if rc == "full" and share < 1 else "")
+              ] if rc != "none" else []
     parts += ["SP"] if lay.sp[i] else []
     parts += [f"ZeRO-{lay.zero[i]}"] if lay.zero[i] else []
     parts += ["PP inside DP"] if lay.order[i] == RANK_ORDERS.index("tp-cp-pp-dp") else []

@@ -22,10 +22,12 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
 TOPOLOGIES = ("fat_tree", "rail_optimized", "dragonfly", "torus")
 FABRIC_KINDS = ("infiniband", "roce", "ethernet", "efa")
-ATTENTION_KERNELS = ("flash", "unfused")
+ATTENTION_KERNELS = ("flash", "triton", "unfused")
 ELEMENTWISE_MODES = ("fused", "eager")
 EP_DISPATCH = ("all_to_all", "dedup")
 FP8_RECIPES = ("tensorwise", "rowwise")
+ZERO_GRANULARITIES = ("bucket", "layer")
+GRAD_REDUCE_DTYPES = ("fp32", "bf16")
 # Rank orders, innermost first. TP is always innermost (it must stay inside an NVLink domain); the two orders
 # that matter differ in whether DP or PP gets the nearer GPUs (the same leaf switch or rail group).
 RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
@@ -96,12 +98,28 @@ TRAINING_FIELDS = (
     Field("ep_comm_overlap", bool, False,
           help="Overlap MoE all-to-alls with another micro-batch's compute (Megatron-Core "
                "--overlap-moe-expert-parallel-comm); off = on the critical path."),
+    Field("zero_granularity", str, "bucket", choices=ZERO_GRANULARITIES,
+          help="How ZeRO-2 moves weights and gradients: bucket (Megatron's distributed optimizer, DeepSpeed: "
+               "gradients reduce-scattered in large buckets, weights gathered once per step) or layer (PyTorch FSDP "
+               "SHARD_GRAD_OP, FSDP2 without resharding after the forward: every micro-batch gathers each layer "
+               "before its forward and reduce-scatters its gradient after its backward). ZeRO-3 always works "
+               "layer by layer."),
+    Field("grad_reduce_dtype", str, "fp32", choices=GRAD_REDUCE_DTYPES,
+          help="Precision in which bf16/fp8 training accumulates and reduces gradients: fp32 (Megatron's default, "
+               "torchtitan, FSDP mixed precision with an fp32 reduce) or bf16 (Megatron --grad-reduce-in-bf16, FSDP "
+               "reduce_dtype=bfloat16): half the reduction traffic and gradient memory. fp16 training keeps fp16 "
+               "gradients either way."),
+    Field("recompute_early_stop", bool, False,
+          help="Full recomputation stops once the last tensor the backward needs is rebuilt (PyTorch's "
+               "non-reentrant torch.utils.checkpoint: FSDP, torchtitan, Hugging Face), skipping the MLP's output "
+               "projection; off = the whole layer's forward runs again (Megatron)."),
     Field("elementwise", str, "fused", choices=ELEMENTWISE_MODES,
           help="How norms, rotary embedding and activations run: fused kernels (Megatron, Transformer Engine, "
                "torch.compile) or eager PyTorch, one kernel per operation in fp32."),
     Field("attention", str, "flash", choices=ATTENTION_KERNELS,
-          help="Attention kernel: flash (fused, causal, no s x s matrix in memory) or unfused "
-               "(Megatron before FlashAttention, 2022)."),
+          help="Attention kernel: flash (FlashAttention-2 class: FA2, PyTorch SDPA, cuDNN; fused, causal, no s x s "
+               "matrix in memory), triton (FlashAttention written in Triton, 2022-23: llm-foundry attn_impl=triton; "
+               "fused, slower) or unfused (Megatron before FlashAttention, 2022)."),
 )
 
 GPU_FIELDS = (
@@ -176,6 +194,10 @@ LAYOUT_FIELDS = (
     Field("micro_batch", int, None, lo=1, hi=16_777_216, unit="sequences", help="Sequences per micro-batch."),
     Field("vpp", int, None, lo=1, hi=2048, help="Virtual pipeline stages per GPU (interleaved 1F1B)."),
     Field("recompute", str, None, choices=RECOMPUTE, help="Activation recomputation."),
+    Field("recompute_fraction", float, None, lo=0.01, hi=1.0,
+          help="With full recomputation: the share of each pipeline stage's layers recomputed (Megatron "
+               "--recompute-method block, torchtitan's every-k-th-block AC, fms-fsdp selective_checkpointing); the "
+               "others keep their activations. Default: every layer."),
     Field("sequence_parallel", bool, None, help="Megatron sequence parallelism (needs tp > 1)."),
     Field("zero", int, None, lo=0, hi=3, help="ZeRO stage: 0 plain DP, 1 distributed optimizer, 2, 3 (FSDP)."),
     Field("rank_order", str, None, choices=RANK_ORDERS, help="Rank order, innermost first."),
@@ -239,6 +261,9 @@ class TrainingSpec:
     ep_dispatch: str = "all_to_all"
     fp8_recipe: str = "tensorwise"
     cp_load_balance: bool = True
+    zero_granularity: str = "bucket"
+    recompute_early_stop: bool = False
+    grad_reduce_dtype: str = "fp32"
 
 
 @dataclass(frozen=True)
@@ -311,6 +336,7 @@ class LayoutSpec:
     micro_batch: int | None = None
     vpp: int | None = None
     recompute: str | None = None
+    recompute_fraction: float | None = None
     sequence_parallel: bool | None = None
     zero: int | None = None
     rank_order: str | None = None
@@ -562,6 +588,9 @@ def _check_layout(lay: dict[str, Any], num_gpus: int, m: dict[str, Any], t: dict
         errs.add(f"layout.{axes[-1]}", f"{names} = {product} must divide cluster.num_gpus ({num_gpus})")
     if lay["dp"] is not None and t["global_batch"] % lay["dp"]:
         errs.add("layout.dp", f"must divide training.global_batch ({t['global_batch']})")
+    if lay["recompute_fraction"] is not None and lay["recompute"] not in (None, "full"):
+        errs.add("layout.recompute_fraction", f"applies to full recomputation only (layout.recompute is "
+                                              f"{lay['recompute']})")
     if lay["micro_batch"] is not None and lay["micro_batch"] > t["global_batch"]:
         errs.add("layout.micro_batch", f"must be at most training.global_batch ({t['global_batch']})")
     if lay["ep"] is not None and lay["ep"] > m["experts"]:

@@ -18,7 +18,7 @@ import numpy as np
 from . import constants as C
 from .collectives import OptionTable, collective_costs, option_table
 from .compute import LayerTimes, optimizer_time
-from .memory import RECOMPUTE_CODES, Layouts, params_on_gpu, stage_layers
+from .memory import RECOMPUTE_CODES, Layouts, grad_bytes, params_on_gpu, stage_layers
 from .model import ParamCount, kv_dim
 from .placement import KINDS, GroupPlacement, Placement
 from .spec import ClusterSpec, PlanSpec
@@ -112,8 +112,8 @@ def _stage_compute(spec: PlanSpec, lay: Layouts, lt: LayerTimes) -> tuple[np.nda
     n = stage_layers(layers, lay.pp)
     deficit = lay.pp * n - layers
     n_last = np.where(lay.pp == 1, n, n - (deficit >= 1))
-    recompute = np.select([lay.recompute == RECOMPUTE_CODES["full"], lay.recompute == RECOMPUTE_CODES["selective"]],
-                          [lt.fwd, lt.selective_fwd], 0.0)
+    recompute = lay.full_share * lt.full_fwd + np.where(lay.recompute == RECOMPUTE_CODES["selective"],
+                                                         lt.selective_fwd, 0.0)
     bwd_layer = lt.bwd + recompute
     mid = n * (lt.fwd + bwd_layer)
     last = n_last * (lt.fwd + bwd_layer) + lt.logits_fwd + lt.logits_bwd
@@ -158,11 +158,16 @@ def _tp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
     that overlap the collectives of their neighbours (Wang et al. 2023, "Overlap Communication with Dependent
     Computation via Decomposition"), so only the excess over the layer's compute and the interference remain."""
     nbytes = tokens * spec.model.hidden * ACT_BYTES
-    calls = (4.0 + np.where(lay.recompute == RECOMPUTE_CODES["full"], 2.0, 0.0)) * n * micro
+    calls = (4.0 + 2.0 * lay.full_share) * n * micro
     plain, split = np.where(lay.sp, 0.0, calls), np.where(lay.sp, calls, 0.0)
+    # With FP8 and one scale per tensor the sequence-parallel all-gathers carry the inputs of the next GEMMs
+    # already cast, 1 byte each (Transformer Engine gathers the FP8 output of LayerNormLinear; torchao's
+    # Float8ColwiseParallel casts before the all-gather); reductions stay 16-bit. Rowwise scales are per row of
+    # the whole gathered tensor, so those gathers stay 16-bit.
+    fp8_gather = spec.training.precision == "fp8" and spec.training.fp8_recipe == "tensorwise"
     colls = [_collective(spec, placement, "tp", "all_reduce", nbytes, plain),
              _collective(spec, placement, "tp", "reduce_scatter", nbytes, split),
-             _collective(spec, placement, "tp", "all_gather", nbytes, split)]
+             _collective(spec, placement, "tp", "all_gather", nbytes / 2.0 if fp8_gather else nbytes, split)]
     if spec.training.tp_comm_overlap:
         total = sum(c.time_s for c in colls)
         exposed = _exposed(total, C.DP_OVERLAP_EFFICIENCY * compute * micro)
@@ -178,7 +183,7 @@ def _cp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
     with the attention on the chunk already received; only the excess is exposed."""
     m = spec.model
     hop_bytes = 2.0 * tokens * kv_dim(m) / lay.tp * ACT_BYTES
-    hops = (lay.cp - 1) * (3.0 + np.where(lay.recompute == RECOMPUTE_CODES["full"], 1.0, 0.0))
+    hops = (lay.cp - 1) * (3.0 + lay.full_share)
     c = _collective(spec, placement, "cp", "send_recv", hop_bytes, hops * n * micro)
     hidden = (1.0 + C.FLASH_BACKWARD_FACTOR) * lt.attention_fwd * n * micro
     c.exposed_s = np.maximum(0.0, c.time_s - hidden)
@@ -200,7 +205,7 @@ def _ep_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
         col = placement["ep"]
         domains = np.array([g.domains for g in col.groups], dtype=float)[col.index]
         nbytes = nbytes * dedup_ratio(domains, m.top_k)
-    per_layer = 4.0 + np.where(lay.recompute == RECOMPUTE_CODES["full"], 2.0, 0.0)
+    per_layer = 4.0 + 2.0 * lay.full_share
     moe_share = m.moe_layers / m.layers
     c = _collective(spec, placement, "ep", "all_to_all", nbytes, per_layer * n * moe_share * micro)
     if spec.training.ep_comm_overlap:
@@ -237,39 +242,43 @@ def _dp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], pa
     updated 2-byte weights behind the next step's first forward. ZeRO-3 / FSDP works layer by layer (Zhao et al.
     2023, PyTorch FSDP, sec. 3.3): every micro-batch gathers each layer's weights before its forward and again
     before its backward, and reduce-scatters each layer's gradient after it, one collective per layer (each
-    paying its latency), prefetching one layer ahead; see _zero3_exposed. Hidden communication still costs
-    COMM_INTERFERENCE of its time (the SMs and HBM bandwidth its kernels take from the compute they overlap)."""
-    grad = C.GRAD_BYTES[spec.training.precision] * params
+    paying its latency), prefetching one layer ahead; see _layer_exposed. ZeRO-2 works the same way, without the
+    backward's gathers, when training.zero_granularity is "layer" (FSDP SHARD_GRAD_OP, FSDP2 without
+    resharding after the forward). Hidden communication still costs COMM_INTERFERENCE of its time (the SMs and
+    HBM bandwidth its kernels take from the compute they overlap)."""
+    grad = grad_bytes(spec.training) * params
     # FP8 parameter all-gather (torchao enable_fsdp_float8_all_gather, Megatron --fp8-param-gather): 1 byte each.
     fp8_gather = spec.training.precision == "fp8" and spec.training.fp8_param_gather
     weights = (1.0 if fp8_gather else C.WEIGHT_BYTES) * params
     z = lay.zero
-    per_layer = z == 3
+    per_layer = (z == 3) | ((z == 2) & (spec.training.zero_granularity == "layer"))
     n = stage_layers(spec.model.layers, lay.pp).astype(float)
-    # ZeRO-3 moves one layer per call: n calls per gather or reduction of the stage's parameters. Its calls are
-    # separate collectives from ZeRO-1/2's whole-stage ones, so each keeps one size per placement (the costing
-    # prices runs of equal sizes once).
-    calls = np.where(per_layer, micro * n, 1.0)
-    whole, layer = np.where((z == 1) | (z == 2), 1.0, 0.0), np.where(per_layer, micro * n, 0.0)
-    # ZeRO-2 keeps only its shard of the gradients, so it cannot accumulate whole gradients over micro-batches:
-    # every micro-batch's backward reduce-scatters them (DeepSpeed ZeRO stage 2, Rajbhandari et al. 2020,
-    # sec. 5.2; FSDP SHARD_GRAD_OP outside no_sync). ZeRO-1 accumulates and reduce-scatters once per step.
-    rs_whole = np.where(z == 2, micro, whole)
+    # Per-layer sharding moves one layer per call: n calls per gather or reduction of the stage's parameters,
+    # every micro-batch. Its calls are separate collectives from the bucketed ones, so each keeps one size per
+    # placement (the costing prices runs of equal sizes once).
+    layer = np.where(per_layer, micro * n, 0.0)
+    gathers = np.where(z == 3, 2.0, 1.0)  # ZeRO-3 gathers again before the backward
+    whole = np.where(((z == 1) | (z == 2)) & ~per_layer, 1.0, 0.0)
+    # Bucketed ZeRO-2 keeps only its shard of the gradients, so it cannot accumulate whole gradients over
+    # micro-batches: every micro-batch's backward reduce-scatters them (DeepSpeed ZeRO stage 2, Rajbhandari et al.
+    # 2020, sec. 5.2). ZeRO-1 accumulates and reduce-scatters once per step.
+    rs_whole = np.where(z == 2, micro, 1.0) * whole
     ar = _reduction(spec, placement, lay, "all_reduce", grad, np.where(z == 0, 1.0, 0.0))
     rs = (_reduction(spec, placement, lay, "reduce_scatter", grad, rs_whole)
           + _reduction(spec, placement, lay, "reduce_scatter", grad / n, layer))
     ag = (_reduction(spec, placement, lay, "all_gather", weights, whole)
-          + _reduction(spec, placement, lay, "all_gather", weights / n, 2 * layer))
+          + _reduction(spec, placement, lay, "all_gather", weights / n, gathers * layer))
     t_ar, t_rs, t_ag = (sum(c.time_s for c in phase) for phase in (ar, rs, ag))
     overlap = C.DP_OVERLAP_EFFICIENCY if spec.training.overlap_grad_reduce else 0.0
-    # ZeRO-2's reductions each hide behind their own micro-batch's backward.
+    # Bucketed ZeRO-2's reductions each hide behind their own micro-batch's backward.
     rs_window = overlap * bwd * np.where(z == 2, micro, 1.0)
     exposed = {"ar": _exposed(t_ar, overlap * bwd), "rs": _exposed(t_rs, rs_window),
                "ag": _exposed(t_ag, overlap * fwd)}
-    z3_rs, z3_ag = _zero3_exposed(t_rs / np.maximum(calls, 1), t_ag / np.maximum(2 * calls, 1), fwd / n, bwd / n,
-                                  n, micro, overlap)
-    exposed["rs"] = np.where(per_layer, z3_rs, exposed["rs"])
-    exposed["ag"] = np.where(per_layer, z3_ag, exposed["ag"])
+    calls = np.maximum(layer, 1.0)
+    layer_rs, layer_ag = _layer_exposed(t_rs / calls, t_ag / (gathers * calls), z == 3, fwd / n, bwd / n, n,
+                                        micro, overlap)
+    exposed["rs"] = np.where(per_layer, layer_rs, exposed["rs"])
+    exposed["ag"] = np.where(per_layer, layer_ag, exposed["ag"])
     for key, phase, total in (("ar", ar, t_ar), ("rs", rs, t_rs), ("ag", ag, t_ag)):
         for c in phase:  # spread a phase's exposure over its stages in proportion to their time
             c.exposed_s = exposed[key] * _share(c.time_s, total)
@@ -284,16 +293,17 @@ def _exposed(comm: np.ndarray, window: np.ndarray) -> np.ndarray:
     return comm - hidden + C.COMM_INTERFERENCE * hidden
 
 
-def _zero3_exposed(rs_layer: np.ndarray, ag_layer: np.ndarray, fwd_layer: np.ndarray, bwd_layer: np.ndarray,
-                   n: np.ndarray, micro: np.ndarray, overlap: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per-layer prefetch (FSDP forward_prefetch / backward_prefetch): layer i+1's gather runs during layer i's
-    compute, so per micro-batch the first gather of each pass is exposed whole and every later one by what the
-    previous layer's compute cannot hide; backward gathers share their window with the previous layer's
-    reduce-scatter, and the last reduce-scatter is exposed. Returns (reduce-scatter, all-gather) exposed over
-    the step."""
-    fwd_ag = ag_layer + (n - 1) * _exposed(ag_layer, overlap * fwd_layer) + n * C.ZERO3_UNIT_OVERHEAD_S
-    both = ag_layer + rs_layer
-    bwd_both = ag_layer + rs_layer + (n - 1) * _exposed(both, overlap * bwd_layer) + n * C.ZERO3_UNIT_OVERHEAD_S
+def _layer_exposed(rs_layer: np.ndarray, ag_layer: np.ndarray, regather: np.ndarray, fwd_layer: np.ndarray,
+                   bwd_layer: np.ndarray, n: np.ndarray, micro: np.ndarray, overlap: float
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-layer sharding with one-layer prefetch (FSDP forward_prefetch / backward_prefetch): layer i+1's gather
+    runs during layer i's compute, so per micro-batch the first gather of each pass is exposed whole and every
+    later one by what the previous layer's compute cannot hide. In the backward each layer's reduce-scatter shares
+    the previous layer's window with the next gather (ZeRO-3 only: `regather`), and the last reduce-scatter is
+    exposed. Returns (reduce-scatter, all-gather) exposed over the step."""
+    fwd_ag = ag_layer + (n - 1) * _exposed(ag_layer, overlap * fwd_layer)
+    both = np.where(regather, ag_layer, 0.0) + rs_layer
+    bwd_both = both + (n - 1) * _exposed(both, overlap * bwd_layer)
     share_rs = _share(rs_layer, both)
     rs = micro * bwd_both * share_rs
     ag = micro * (fwd_ag + bwd_both * (1.0 - share_rs))

@@ -16,8 +16,8 @@ from .models import Plan
 
 MIN_PLANS, MAX_PLANS = 2, 4
 _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
-LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "recompute", "sequence_parallel", "zero",
-               "rank_order")
+LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "recompute", "recompute_fraction",
+               "sequence_parallel", "zero", "rank_order")
 
 
 class CompareError(ValueError):

@@ -62,7 +62,7 @@ EXAMPLE = {
 
 # For a field with no entry in LABELS (one the engine added since): its name, with these words spelled out.
 WORDS = {"tp": "TP", "pp": "PP", "dp": "DP", "cp": "CP", "ep": "EP", "fp8": "FP8", "gemm": "GEMM", "hbm": "HBM",
-         "moe": "MoE", "nvlink": "NVLink", "sm": "SM", "comm": "communication", "grad": "gradient"}
+         "moe": "MoE", "nvlink": "NVLink", "sm": "SM", "comm": "communication", "grad": "gradient", "zero": "ZeRO"}
 UNIT_WORDS = ("us", "s", "gib")  # a name's unit suffix, which the label gives in brackets instead
 
 

@@ -28,6 +28,13 @@ class Job:
     sequence_parallel: bool
     zero: int
     rank_order: str
+    recompute_fraction: float = 1.0  # with full recompute: the share of each stage's layers recomputed
+
+    @property
+    def recompute_layers(self) -> int:
+        """Layers of each stage (each virtual stage with interleaving) that full recomputation covers."""
+        per_chunk = self.layers_per_stage // self.vpp
+        return max(1, min(per_chunk, round(self.recompute_fraction * per_chunk)))
 
     @property
     def global_batch(self) -> int:
@@ -62,9 +69,11 @@ def job_of(spec: PlanSpec, entry: dict[str, Any]) -> Job:
         raise ValueError("the plan's tp·pp·dp·cp does not match the spec's GPU count")
     if lay["recompute"] not in RECOMPUTE or lay["rank_order"] not in RANK_ORDERS:
         raise ValueError("unknown recompute or rank order in the plan")
+    fraction = lay.get("recompute_fraction")
     return Job(spec=spec, rank=int(entry.get("rank", 1)), label=str(entry.get("label", "")),
                description=str(entry.get("description", "")), recompute=lay["recompute"],
-               sequence_parallel=bool(lay["sequence_parallel"]), rank_order=lay["rank_order"], **degrees)
+               sequence_parallel=bool(lay["sequence_parallel"]), rank_order=lay["rank_order"],
+               recompute_fraction=1.0 if fraction is None else float(fraction), **degrees)
 
 
 @dataclass

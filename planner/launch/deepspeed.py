@@ -38,7 +38,9 @@ def deepspeed(job: Job) -> tuple[str, Emitter]:
         em.note(f"{degrees}: set in the model code ({where}), not in this file; DeepSpeed's data-parallel size "
                 f"is then {job.dp}")
     if job.recompute != "none":
-        em.note(f"{job.recompute} recompute: done by the model code (deepspeed.checkpointing around each layer)")
+        share = f" of {job.recompute_fraction:.0%} of the layers" if job.recompute_fraction < 1 else ""
+        em.note(f"{job.recompute} recompute{share}: done by the model code (deepspeed.checkpointing around each "
+                f"layer)")
     if precision == "fp8":
         em.note("fp8: Transformer Engine layers in the model code; this file covers the bf16 rest")
     body = json.dumps(config, indent=2)

@@ -97,6 +97,10 @@ def _batch_and_memory(job: Job, arg, em: Emitter) -> None:
     arg("--global-batch-size", job.global_batch)
     if job.recompute == "selective":
         arg("--recompute-granularity", "selective")
+    elif job.recompute == "full" and job.recompute_fraction < 1:  # the first k layers of each (virtual) stage
+        arg("--recompute-granularity", "full")
+        arg("--recompute-method", "block")
+        arg("--recompute-num-layers", job.recompute_layers)
     elif job.recompute == "full":  # every layer recomputed from its input, one layer per checkpoint
         arg("--recompute-granularity", "full")
         arg("--recompute-method", "uniform")
@@ -117,4 +121,9 @@ def _precision(job: Job, arg, em: Emitter) -> None:
     arg("--fp16" if precision == "fp16" else "--bf16")
     if precision == "fp8":  # Transformer Engine: E4M3 forward, E5M2 gradients; bf16 elsewhere
         arg("--fp8-format", "hybrid")
-    arg("--attention-backend", "flash" if job.spec.training.attention == "flash" else "unfused")
+    attention = job.spec.training.attention
+    if attention == "triton":
+        em.note("attention kernel triton (FlashAttention in Triton): Megatron has no such backend; "
+                "--attention-backend flash runs a faster kernel than the plan assumed")
+    else:
+        arg("--attention-backend", attention)

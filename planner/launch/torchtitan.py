@@ -23,7 +23,14 @@ def torchtitan(job: Job) -> tuple[str, Emitter]:
     _training(job, key, em)
     _parallelism(job, key, em)
     _pipeline(job, key, em)
-    key("activation_checkpoint", "mode", AC_MODE[job.recompute])
+    partial = job.recompute == "full" and job.recompute_fraction < 1
+    key("activation_checkpoint", "mode", "selective" if partial else AC_MODE[job.recompute])
+    if partial:  # torchtitan checkpoints every k-th block
+        every = max(1, round(1 / job.recompute_fraction))
+        key("activation_checkpoint", "selective_ac_option", str(every))
+        if abs(1 / every - job.recompute_fraction) > 0.01:
+            em.note(f"recompute of {job.recompute_fraction:.0%} of the layers: torchtitan checkpoints every k-th "
+                    f"block, here every {every}th ({1 / every:.0%})")
     if job.recompute == "selective":
         key("activation_checkpoint", "selective_ac_option", "op")
         em.note("torchtitan's selective recompute is per operator (it keeps matmul outputs), not Megatron's "
@@ -50,7 +57,9 @@ def _training(job: Job, key, em: Emitter) -> None:
         key("training", "mixed_precision_param", "bfloat16")
     if t.precision == "fp8":
         key("model", "converters", ["quantize.linear.float8"])
-        key("quantize.linear.float8", "recipe_name", "tensorwise")
+        key("quantize.linear.float8", "recipe_name", t.fp8_recipe)
+    if t.attention != "flash":
+        em.note(f"attention kernel {t.attention}: torchtitan runs PyTorch SDPA (flash), faster than the plan assumed")
 
 
 def _parallelism(job: Job, key, em: Emitter) -> None:

@@ -96,11 +96,96 @@ def test_fp8_parameter_gathers_move_half_the_bytes(catalog):
     assert gathered(fp8_param_gather=True) == pytest.approx(gathered() / 2)
 
 
-def test_every_fsdp_unit_costs_host_time_per_pass(catalog):
+def dp_calls(plan_entry: dict, collective: str) -> float:
+    return sum(c["calls_per_step"] for c in plan_entry["comm"] if c["group"] == "dp" and c["collective"] == collective)
+
+
+def test_fsdp_zero2_gathers_and_reduces_layer_by_layer_every_micro_batch(catalog):
+    def calls(granularity: str) -> tuple[float, float]:
+        doc = llama_8b_fsdp(catalog, 64, zero_granularity=granularity)
+        doc["training"]["global_batch"] = 2 * 64  # two micro-batches of one sequence per rank
+        doc["layout"].update(zero=2, recompute="none")
+        p = best(doc, catalog)
+        return dp_calls(p, "all_gather"), dp_calls(p, "reduce_scatter")
+    # FSDP SHARD_GRAD_OP: 32 layers gathered before the forward (not again before the backward) and reduced after
+    # the backward, for each of the two micro-batches; Megatron/DeepSpeed buckets: one gather, a reduction per
+    # micro-batch.
+    assert calls("layer") == (64, 64)
+    assert calls("bucket") == (1, 2)
+
+
+def test_gradients_reduced_in_bf16_move_half_the_bytes(catalog):
+    def reduced(dtype: str) -> float:
+        p = best(llama_8b_fsdp(catalog, 64, grad_reduce_dtype=dtype), catalog)
+        return sum(c["bytes_per_step"] for c in p["comm"] if c["collective"] == "reduce_scatter")
+    assert reduced("bf16") == pytest.approx(reduced("fp32") / 2)
+
+
+def test_partial_recomputation_costs_and_keeps_its_share(catalog):
+    def entry(fraction: float | None, recompute: str = "full") -> dict:
+        doc = llama_8b_fsdp(catalog, 8)
+        doc["layout"].update(recompute=recompute, recompute_fraction=fraction)
+        return best(doc, catalog)
+    none, half, full = entry(None, "none"), entry(0.5), entry(None)
+    assert half["label"].endswith("full recompute of 50% of layers ZeRO-3")
+    assert half["layout"]["recompute_fraction"] == 0.5
+    for key in ("compute",):
+        assert half["time_s"][key] == pytest.approx((none["time_s"][key] + full["time_s"][key]) / 2, rel=1e-6)
+    mem = lambda e: e["memory_gib"]["activations"]  # noqa: E731
+    assert mem(full) < mem(half) < mem(none)
+    assert half["hfu"] == pytest.approx((none["hfu"] * none["step_time_s"] + full["hfu"] * full["step_time_s"])
+                                        / 2 / half["step_time_s"], rel=1e-4)
+
+
+def test_a_recompute_fraction_needs_full_recomputation(catalog):
+    doc = llama_8b_fsdp(catalog, 8)
+    doc["layout"].update(recompute="selective", recompute_fraction=0.5)
+    with pytest.raises(Exception, match="layout.recompute_fraction: applies to full recomputation only"):
+        parse_spec(doc, catalog)
+
+
+def test_early_stopping_checkpoints_skip_the_mlp_output_projection(catalog):
+    import numpy as np
+
+    from planner.compute import Shard, gemm_time, hbm_bytes_per_s, layer_times
+    shard = Shard(*(np.array([v]) for v in (1, 1, 1, 1, False)))
+    spec = lambda **t: parse_spec(llama_8b_fsdp(catalog, 8, **t), catalog)  # noqa: E731
+    megatron, pytorch = (layer_times(s.model, s.cluster.gpu, s.training, shard)
+                         for s in (spec(), spec(recompute_early_stop=True)))
+    assert megatron.full_fwd[0] == pytest.approx(megatron.fwd[0])
+    gpu, t = spec().cluster.gpu, 8192
+    down = float(gemm_time(t, 4096, 14336, gpu)) + 3 * 4096 * t * 2 / hbm_bytes_per_s(gpu)
+    assert megatron.full_fwd[0] - pytorch.full_fwd[0] == pytest.approx(down)
+
+
+def test_fp8_tensorwise_sequence_parallel_gathers_move_one_byte(catalog, gpt3_doc):
+    gpt3_doc["cluster"].update(gpu="H100 SXM5 80GB", node="DGX H100")
+    gpt3_doc["layout"] = {"tp": 8, "pp": 16, "dp": 8, "micro_batch": 1, "vpp": 1, "sequence_parallel": True,
+                          "recompute": "none", "zero": 1}
+
+    def tp_bytes(**training) -> dict:
+        gpt3_doc["training"].update(training)
+        comm = best(gpt3_doc, catalog)["comm"]
+        return {c["collective"]: c["bytes_per_call"] for c in comm if c["group"] == "tp"}
+    bf16 = tp_bytes(precision="bf16")
+    fp8 = tp_bytes(precision="fp8", fp8_recipe="tensorwise")
+    rowwise = tp_bytes(precision="fp8", fp8_recipe="rowwise")
+    assert fp8["all_gather"] == pytest.approx(bf16["all_gather"] / 2)
+    assert fp8["reduce_scatter"] == pytest.approx(bf16["reduce_scatter"])
+    assert rowwise["all_gather"] == pytest.approx(bf16["all_gather"])
+
+
+def test_triton_flash_attention_runs_at_its_share_of_the_flash_rate(catalog):
+    import numpy as np
+
     from planner import constants as C
-    p = best(llama_8b_fsdp(catalog, 8), catalog)
-    # 32 layers, forward and backward pass, one micro-batch: 64 units' host time at least, on top of the gathers.
-    assert p["time_s"]["dp_comm"] >= 64 * C.ZERO3_UNIT_OVERHEAD_S
+    from planner.compute import Shard, attention_times
+    shard = Shard(*(np.array([v]) for v in (1, 1, 1, 1, False)))
+    spec = lambda kernel: parse_spec(llama_8b_fsdp(catalog, 8, attention=kernel), catalog)  # noqa: E731
+    flash, triton = (attention_times(s.model, s.cluster.gpu, s.training, shard)[0][0]
+                     for s in (spec("flash"), spec("triton")))
+    launches = 4e-6  # one kernel: the flash kernel's launch, charged the same for both
+    assert (triton - launches) * C.TRITON_FLASH_RELATIVE == pytest.approx(flash - launches)
 
 
 def test_rowwise_fp8_casts_every_input_again_along_the_other_axis(catalog):

@@ -13,6 +13,7 @@ def layouts(**axes) -> Layouts:
     base = dict(tp=1, pp=1, dp=1, cp=1, ep=1, micro_batch=1, vpp=1, recompute=0, sp=False, zero=0, order=0)
     base.update(axes)
     base["recompute"] = RECOMPUTE_CODES.get(base["recompute"], base["recompute"])
+    base.setdefault("full_share", 1.0 if base["recompute"] == RECOMPUTE_CODES["full"] else 0.0)
     return Layouts(**{k: np.atleast_1d(np.array(v)) for k, v in base.items()})
 
 

@@ -1,0 +1,215 @@
+"""What the free-text fields of a published run say about how it ran (planner/published.py turns a row into a spec).
+
+Every rule reads what a row states, in its own words, and never its measured figure: the precision, the recompute
+mode, the optimizer sharding, the software stack and its switches (torch.compile, async TP, FP8 gathers), the
+attention kernel and the network between nodes. Where a row says nothing, the rule returns None or the stack's
+usual setting, stated in the function's docstring. The rules name no group of the reference files, so a row from
+another source in the same format reads the same way.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+PRE_FLASH_GPUS = ("V100", "A100")
+
+
+def text_of(row: dict[str, Any], *keys: str) -> str:
+    """The named fields of a row, joined and lower-cased."""
+    return " ".join(str(row.get(k) or "") for k in keys).lower()
+
+
+def recompute_mode(row: dict[str, Any]) -> str | None:
+    """The row's recompute text: "full ...", "selective ..." (per-op: the engine's selective mode), "none ...";
+    "not stated" leaves it to the search, and so does block-level checkpointing of some blocks (full
+    recomputation of part of the layers), unless recompute_fraction finds the share."""
+    text = (row.get("recompute") or "").lower()
+    if text.startswith("not stated") or "not stated" in text[:40]:
+        return None
+    if block_level(row):
+        return None  # checkpoints an unstated share of the blocks: between none and full, the search picks
+    for value in ("selective", "full", "none"):
+        if text.startswith(value) or (value == "none" and text.startswith("no ")):
+            return value
+    if "megatron-lm readme" in row.get("source", {}).get("title", "").lower():
+        return "full"
+    return None
+
+
+def block_level(row: dict[str, Any]) -> bool:
+    """Checkpointing of whole blocks, some of them (fms-fsdp selective_checkpointing, torchtitan's per-layer
+    selective AC "every k-th block", Megatron --recompute-method block)."""
+    text = (row.get("recompute") or "").lower()
+    return any(word in text for word in ("block-level", "per-layer", "every k-th"))
+
+
+def recompute_fraction(row: dict[str, Any], model_flops: float, layer_forward_flops: float) -> float | None:
+    """The fraction of layers a block-level row recomputes: stated as "every k-th" with k given, else from its
+    published hardware and model FLOPs utilisation, HFU / MFU = (3 F + f L) / 3 F with F the forward FLOPs of a
+    step and L those of the layers (PyTorch's FLOP counter counts the recomputed forward). None when neither is
+    published: the search then picks the mode."""
+    if not block_level(row):
+        return None
+    every = re.search(r"every (\d+)(?:st|nd|rd|th)? (?:block|layer)", (row.get("recompute") or "").lower())
+    if every:
+        return 1.0 / int(every.group(1))
+    hfu, mfu = row.get("hfu_percent"), row.get("mfu_percent")
+    if not (hfu and mfu and hfu > mfu):
+        return None
+    return min(1.0, (hfu / mfu - 1.0) * model_flops / layer_forward_flops)
+
+
+def zero_stage(sharding: Any) -> int:
+    """optimizer_sharding: null or false -> 0; a ZeRO stage number; FSDP full shard / FSDP2 fully_shard / hybrid
+    shard / ZeRO-3 -> 3; FSDP SHARD_GRAD_OP / ZeRO-2 -> 2; "distributed optimizer" or ZeRO-1 -> 1."""
+    if isinstance(sharding, int) and not isinstance(sharding, bool):
+        return sharding
+    text = str(sharding or "").lower()
+    if not text or text in ("none", "false", "no"):
+        return 0
+    if "shard_grad_op" in text or "zero-2" in text or "zero 2" in text or "stage 2" in text:
+        return 2
+    if any(word in text for word in ("zero-3", "zero 3", "stage 3", "full_shard", "fully_shard", "fsdp",
+                                     "hybrid_shard")):
+        return 3
+    return 1
+
+
+def zero_granularity(row: dict[str, Any]) -> str:
+    """layer for PyTorch FSDP's ZeRO-2 (SHARD_GRAD_OP; FSDP2 reshard_after_forward=False), which gathers and
+    reduce-scatters one unit at a time every micro-batch; bucket (Megatron, DeepSpeed) otherwise."""
+    text = str(row.get("optimizer_sharding") or "").lower()
+    return "layer" if "shard_grad_op" in text or "reshard_after_forward" in text else "bucket"
+
+
+def grad_reduce_dtype(row: dict[str, Any]) -> str:
+    """bf16 when the row says its gradients are reduced in bf16 (FSDP "param/reduce/buffer bf16", reduce_dtype
+    bfloat16, grad-reduce-in-bf16); fp32 otherwise (Megatron's default and FSDP's usual mixed precision)."""
+    text = text_of(row, "precision", "notes")
+    return "bf16" if re.search(r"reduce(_dtype)?[ /=:]*(buffer )?(bf16|bfloat16)|reduce/buffer bf16|"
+                               r"grad[-_]reduce[-_]in[-_]bf16", text) else "fp32"
+
+
+def precision(row: dict[str, Any], gpu: str) -> str:
+    """fp8 for any FP8 recipe (Transformer Engine delayed/blockwise, MXFP8, torchao Float8); bf16 as stated;
+    "fp16", "16-bit" or unstated on V100/A100 -> fp16 (Megatron trained GPT in fp16 until 2021; only the gradient
+    width, 2 vs 4 bytes, differs in the model)."""
+    text = (row.get("precision") or "").lower()
+    if "fp8" in text or "float8" in text:
+        return "fp8"
+    if "bf16" in text:
+        return "bf16"
+    pre_bf16 = any(g in gpu for g in PRE_FLASH_GPUS)
+    return "fp16" if ("fp16" in text or "16-bit" in text or not text) and pre_bf16 else "bf16"
+
+
+def dropout(row: dict[str, Any]) -> bool | None:
+    """Off when the notes say "dropout 0" and for MPT (llm-foundry MPTConfig: attn_pdrop = resid_pdrop =
+    emb_pdrop = 0); otherwise the engine's default (on for GPT-style models)."""
+    text = text_of(row, "arch_notes", "model")
+    return False if "dropout 0" in text or text.startswith("mpt") or " mpt" in text[:40] else None
+
+
+def tp_overlap(row: dict[str, Any]) -> bool:
+    """TP communication overlap when the row names it: torchtitan async TP, Megatron --tp-comm-overlap."""
+    text = text_of(row, "id", "precision", "notes", "model")
+    if "vanilla tp" in text or "vanillatp" in text:
+        return False  # the synchronous baseline of an async-TP comparison
+    return any(word in text for word in ("asynctp", "async tp", "async-tp", "tp-comm-overlap", "tp_comm_overlap"))
+
+
+# PyTorch-native training stacks: modules written in PyTorch, run eagerly unless torch.compile is on.
+NATIVE_STACKS = ("fsdp", "torchtitan", "llm-foundry", "composer", "fms-fsdp", "torchao")
+COMPILE_OFF = re.compile(r"(torch\.)?compile\s*[:=]\s*(off|false|no|n)\b|no(t| torch\.)? ?compile|nocompile"
+                         r"|without (torch\.)?compile")
+COMPILE_ON = re.compile(r"torch\.compile|\bcompile\s*[:=]\s*(on|true|yes|y)\b|_compile\b")
+
+
+def elementwise(row: dict[str, Any]) -> str:
+    """Eager for PyTorch-native stacks (FSDP, torchtitan, llm-foundry, fms-fsdp, torchao; or a group named F_)
+    unless the row says torch.compile was on; fused for Megatron-style stacks, which run fused kernels."""
+    if not native_stack(row):
+        return "fused"
+    text = text_of(row, "id", "precision", "notes", "optimizer_sharding", "model")
+    if COMPILE_OFF.search(text):
+        return "eager"
+    return "fused" if COMPILE_ON.search(text) else "eager"
+
+
+def native_stack(row: dict[str, Any]) -> bool:
+    """A PyTorch-native training stack (FSDP, torchtitan, llm-foundry, fms-fsdp, torchao; or a group named F_), as
+    opposed to Megatron-style stacks with their own fused kernels and checkpointing."""
+    text = text_of(row, "id", "precision", "notes", "optimizer_sharding", "model")
+    return str(row.get("group") or "").startswith("F_") or (
+        any(word in text for word in NATIVE_STACKS) and "megatron" not in text)
+
+
+def fp8_gather(row: dict[str, Any]) -> bool:
+    """FP8 parameter gathers when the row says so (fp8_param_gather, float8 all-gather, "fp8ag")."""
+    text = text_of(row, "id", "precision", "notes")
+    if "bf16 fsdp all-gather" in text or "bf16ag" in text:
+        return False
+    return any(w in text for w in ("fp8_param_gather true", "fp8_param_gather", "float8 all-gather",
+                                   "float8_all_gather=true", "fp8ag", "float8 fsdp2 all-gather"))
+
+
+def attention_kernel(row: dict[str, Any], gpu: str) -> str:
+    """The attention kernel the row names: an llm-foundry attn_impl ('triton', 'flash', 'torch'; per model size
+    when the row lists sizes), FlashAttention in Triton, or a flash kernel (FlashAttention, SDPA, cuDNN). Runs on
+    V100/A100 that name none and predate FlashAttention (2022: the 2020-21 Megatron rows of groups other than F_
+    and M_) ran Megatron's unfused softmax; every later stack runs a flash kernel."""
+    impl = _attn_impl(row)
+    if impl:
+        return {"triton": "triton", "torch": "unfused"}.get(impl, "flash")
+    text = text_of(row, "notes", "arch_notes", "model")
+    if any(w in text for w in ("flashattention in triton", "triton flash", "triton attention")):
+        return "triton"
+    if any(w in text for w in ("flash", "triton", "sdpa", "cudnn", "zero bubble")):
+        return "flash"
+    pre_flash = any(g in gpu for g in PRE_FLASH_GPUS) and not str(row.get("group") or "").startswith(("F_", "M_"))
+    return "unfused" if pre_flash else "flash"
+
+
+ATTN_IMPL = re.compile(r"attn_impl\b([^;]*)")
+IMPL_CHOICE = re.compile(r"'(\w+)'(?:\s+for\s+([\w./]+))?")
+
+
+def _attn_impl(row: dict[str, Any]) -> str | None:
+    """attn_impl='x', or "attn_impl 'x' for 1b/3b and 'y' for 13b": the one listing the row's model size, else
+    the unqualified one."""
+    size = re.search(r"(\d+(?:\.\d+)?[mb])\b", (row.get("model") or "").lower())
+    plain = None
+    for clause in ATTN_IMPL.findall(row.get("notes") or ""):
+        for impl, sizes in IMPL_CHOICE.findall(clause):
+            if not sizes:
+                plain = plain or impl
+            elif size and size.group(1) in sizes.lower().split("/"):
+                return impl
+    return plain
+
+
+# The network between nodes as a row's fabric notes give it: "1600 Gbps node-node interconnect (RoCE)", "3.2 Tbps
+# RoCE", "800 Gbps inter-node", "400 Gb/s per GPU".
+RATE = r"(\d+(?:\.\d+)?)\s*(tbps|tb/s|gbps|gb/s)"
+PER_GPU = re.compile(RATE + r"\s*(?:per|/|each)\s*gpu")
+PER_NODE = re.compile(RATE + r"[^.;]*?(?:inter-node|node-node|node-to-node|interconnect)")
+
+
+def network(row: dict[str, Any], gpus_per_node: int) -> tuple[float | None, str | None]:
+    """(Gb/s of scale-out bandwidth per GPU, fabric kind) from the fabric notes; None where they say nothing."""
+    text = (row.get("fabric_notes") or "").lower()
+    kind = ("roce" if "roce" in text else "efa" if re.search(r"\befa\b", text) else
+            "infiniband" if re.search(r"infiniband|\b(hdr|ndr|xdr|edr)\b", text) else
+            "ethernet" if re.search(r"ethernet|\btcp\b", text) else None)
+    per_gpu = PER_GPU.search(text)
+    if per_gpu:
+        return _gbits(per_gpu), kind
+    per_node = PER_NODE.search(text)
+    if per_node:
+        return _gbits(per_node) / gpus_per_node, kind
+    return None, kind
+
+
+def _gbits(match: re.Match) -> float:
+    value, unit = float(match.group(1)), match.group(2)
+    return value * (1000.0 if unit.startswith("t") else 1.0)

@@ -1,0 +1,77 @@
+"""What a published row's free text says about its run (planner/runtext.py), on the phrasings the sources use."""
+from __future__ import annotations
+
+import pytest
+
+from planner import runtext as rt
+
+FOUNDRY_2023 = "submit_benchmarks.py default attn_impl='triton' (sweep.sh does not override it)"
+FOUNDRY_2024 = "fsdp limit_all_gathers=true; attn_impl 'flash' for 1b/3b/7b/70b and 'triton' for 13b/30b; image"
+
+
+@pytest.mark.parametrize("row, gpu, kernel", [
+    ({"notes": FOUNDRY_2023, "model": "MPT-7b"}, "H100 SXM5 80GB", "triton"),
+    ({"notes": FOUNDRY_2024, "model": "MPT-7b (llm-foundry mpt-7b.yaml)"}, "H100 SXM5 80GB", "flash"),
+    ({"notes": FOUNDRY_2024, "model": "MPT-13b (llm-foundry mpt-13b.yaml)"}, "H100 SXM5 80GB", "triton"),
+    ({"notes": "blog: PyTorch nightlies post-2.2, SDPA FlashAttention-2"}, "A100 SXM4 80GB", "flash"),
+    ({"group": "A_sc21", "notes": "End-to-end throughput"}, "A100 SXM4 80GB", "unfused"),
+    ({"group": "A_sc21", "notes": "End-to-end throughput"}, "H100 SXM5 80GB", "flash"),
+    ({"group": "F_x", "notes": ""}, "A100 SXM4 80GB", "flash"),
+])
+def test_the_attention_kernel_is_the_one_the_row_names(row, gpu, kernel):
+    assert rt.attention_kernel(row, gpu) == kernel
+
+
+@pytest.mark.parametrize("row, mode", [
+    ({"group": "F_fms", "notes": "torch.compile: off (README Mar 2024)"}, "eager"),
+    ({"group": "F_tt", "notes": "torch.compile=false in the train_configs of that time"}, "eager"),
+    ({"group": "F_tt", "notes": "That toml also sets compile=true and enable_async_tensor_parallel=true"}, "fused"),
+    ({"group": "F_ao", "notes": "sequence length 8192, 100 steps, torch.compile, FSDP2, per-op SAC"}, "fused"),
+    ({"group": "F_fms", "notes": "torch.compile: on (README \"Compile Y\")"}, "fused"),
+    ({"group": "F_foundry", "notes": "Composer FSDP; no compile flag"}, "eager"),
+    ({"group": "X", "notes": "trained with PyTorch FSDP full shard"}, "eager"),
+    ({"group": "X", "notes": "Megatron-LM with Transformer Engine"}, "fused"),
+])
+def test_pytorch_stacks_run_eagerly_unless_compiled(row, mode):
+    assert rt.elementwise(row) == mode
+
+
+@pytest.mark.parametrize("notes, gpus, expected", [
+    ("README table heading: 'A100 80GB with 1600 Gbps node-node interconnect (RoCE)'.", 8, (200.0, "roce")),
+    ("H100 cluster, 96 GPUs, 800 Gbps inter-node interconnect (README/blog)", 8, (100.0, None)),
+    ("IBM Cloud cluster with 3.2 Tbps RoCE interconnect for GPU-to-GPU communication (blog).", 8, (400.0, "roce")),
+    ("Grand Teton: backend RDMA network 400 Gb/s per GPU; default 500W power limit", 8, (400.0, None)),
+    ("8 NVIDIA Mellanox '400 Gbps HDR InfiniBand' HCAs per node", 8, (None, "infiniband")),
+    ("Single node 8xH100 (README); NVLink details not stated.", 8, (None, None)),
+])
+def test_the_fabric_notes_give_bandwidth_per_gpu_and_kind(notes, gpus, expected):
+    assert rt.network({"fabric_notes": notes}, gpus) == expected
+
+
+@pytest.mark.parametrize("row, dtype", [
+    ({"precision": "BF16 (FSDP MixedPrecision bfSixteen: param/reduce/buffer bf16; fms-fsdp policies)"}, "bf16"),
+    ({"precision": "BF16 (torchtitan defaults: FSDP2 param bf16 / reduce fp32)"}, "fp32"),
+    ({"precision": "BF16", "notes": "--grad-reduce-in-bf16"}, "bf16"),
+    ({"precision": "BF16 (Composer precision amp_bf16; FSDP mixed_precision DEFAULT)"}, "fp32"),
+])
+def test_gradients_are_reduced_in_fp32_unless_the_row_says_bf16(row, dtype):
+    assert rt.grad_reduce_dtype(row) == dtype
+
+
+@pytest.mark.parametrize("sharding, granularity", [
+    ("FSDP SHARD_GRAD_OP (ZeRO-2-like: grads + optimizer state + flat params sharded)", "layer"),
+    ("FSDP FULL_SHARD (ZeRO-3)", "bucket"), ("ZeRO-2 (DeepSpeed)", "bucket"), (None, "bucket"),
+])
+def test_fsdp_zero2_works_layer_by_layer(sharding, granularity):
+    assert rt.zero_granularity({"optimizer_sharding": sharding}) == granularity
+
+
+def test_block_level_checkpointing_recomputes_the_share_its_flops_show():
+    row = {"recompute": "selective (fms-fsdp block-level selective AC: checkpoint a subset/every k-th block)",
+           "hfu_percent": 40.0, "mfu_percent": 35.0}
+    assert rt.recompute_mode(row) is None  # the mode alone does not say how much
+    # HFU / MFU = 1 + f L / (3 F): with the layers 95% of the forward FLOPs, f = (40/35 - 1) x 3 / 0.95.
+    assert rt.recompute_fraction(row, 3.0, 0.95) == pytest.approx((40 / 35 - 1) * 3 / 0.95)
+    assert rt.recompute_fraction({"recompute": "selective, per-layer (checkpoint every 2nd block)"}, 3, 1) == 0.5
+    assert rt.recompute_fraction({"recompute": "selective, per-layer (every k-th block; k not stated)"}, 3, 1) is None
+    assert rt.recompute_fraction({"recompute": "full"}, 3, 1) is None
