@@ -38,18 +38,22 @@ def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bo
         tiles = np.ceil(m / tm) * np.ceil(n / tn)
         waves = np.ceil(tiles / sms)
         util = np.maximum(util, (m * n) / (waves * sms * tm * tn))
-    k_eff = k / (k + k_half(gpu))
+    k_eff = k / (k + k_half(gpu, fp8))
     t_compute = 2.0 * m * n * k / (peak * util * k_eff)
     in_bytes = 1.0 if fp8 else 2.0
     t_memory = ((m * k + k * n) * in_bytes + 2.0 * m * n) / hbm_bytes_per_s(gpu)
     return np.maximum(t_compute, t_memory) + kernel_s(gpu)
 
 
-def k_half(gpu: GPUSpec) -> float:
+def k_half(gpu: GPUSpec, fp8: bool = False) -> float:
     """Reduction length at which a GEMM tile reaches half its steady-state rate. A tile must stream enough K to
     hide a fixed prologue/epilogue latency, so the length grows with what one SM computes per second: GEMM_K_HALF
-    is the A100's (312 TFLOP/s over 108 SMs), scaled by this GPU's peak per SM (H100 2.6x, B200 5.3x)."""
-    return C.GEMM_K_HALF * (gpu.peak_tflops / gpu.sm_count) / (312.0 / 108.0)
+    is the A100's (312 TFLOP/s over 108 SMs), scaled by this GPU's peak per SM (H100 2.6x, B200 5.3x), and by the
+    FP8 peak for an FP8 GEMM (twice as fast per K-slice, so twice the K to amortise the same latency: XLA's measured
+    B200 matmul table, third_party/xla/xla/backends/gpu/cost_model/matmul_interpolator_data.h at tensorflow
+    a305421, gives a half-rate length of 1,488 elements for FP8 against 736 for BF16 on large M x N)."""
+    peak = gpu.fp8_peak_tflops if fp8 else gpu.peak_tflops
+    return C.GEMM_K_HALF * (peak / gpu.sm_count) / (312.0 / 108.0)
 
 
 def achievable_gemm_flops(gpu: GPUSpec, fp8: bool = False) -> float:
@@ -104,6 +108,7 @@ class LayerTimes:
     logits_bwd: np.ndarray
     selective_fwd: np.ndarray  # what selective recomputation repeats in the backward pass
     full_fwd: np.ndarray       # what full recomputation repeats: the forward, or less with early stop
+    tp_gemms: tuple[np.ndarray, ...] = ()  # forward GEMMs beside the TP collectives: QKV, output proj., MLP up, down
 
 
 def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard) -> LayerTimes:
@@ -123,13 +128,16 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
         mlp_b = (dense_n * dense_b + moe_n * moe_b) / m.layers
         down_f = (dense_n * dense_down + moe_n * moe_down) / m.layers
     mem_f = elementwise_bytes(m, training, shard) * t / hbm_bytes_per_s(gpu)
+    mem_b = C.ELEMENTWISE_BACKWARD_FACTOR * mem_f
     if fp8:
         mem_f = mem_f + fp8_weight_cast_bytes(m, shard) / hbm_bytes_per_s(gpu)
+    if fp8 and training.fp8_recipe == "rowwise":
+        mem_b = mem_b + C.FP8_ROWWISE_RESCALE_BYTES * _gradient_outputs(m, shard) / hbm_bytes_per_s(gpu)
     eager = training.elementwise == "eager"
     launches = (C.KERNELS_PER_LAYER_EAGER if eager else C.KERNELS_PER_LAYER_FORWARD) * kernel_s(gpu)
     gemm_f = qkv[0] + proj[0] + mlp_f
     fwd = gemm_f + attn_f + mem_f + launches
-    bwd = qkv[1] + proj[1] + attn_b + mlp_b + C.ELEMENTWISE_BACKWARD_FACTOR * mem_f + 2.0 * launches
+    bwd = qkv[1] + proj[1] + attn_b + mlp_b + mem_b + 2.0 * launches
     # Selective recomputation repeats the attention core when attention is unfused (Korthikanti et al. 2022);
     # with flash attention it repeats the element-wise ops and every other GEMM (memory._selective_flash).
     selective = attn_f if training.attention == "unfused" else 0.5 * gemm_f + mem_f + launches
@@ -147,8 +155,9 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
     logits_f = logits_f + 3.0 * loss_bytes / hbm_bytes_per_s(gpu)
     logits_b = logits_b + 2.5 * loss_bytes / hbm_bytes_per_s(gpu)
     shape = np.shape(fwd)
+    gemms = tuple(np.broadcast_to(g, shape).copy() for g in (qkv[0], proj[0], mlp_f - down_f, down_f))
     return LayerTimes(fwd, bwd, attn_f, logits_f, logits_b, np.broadcast_to(selective, shape).copy(),
-                      np.broadcast_to(full, shape).copy())
+                      np.broadcast_to(full, shape).copy(), gemms)
 
 
 def _mlp_times(t: np.ndarray, width: np.ndarray, h: int, up: int, gpu: GPUSpec, fp8: bool
@@ -258,12 +267,26 @@ def elementwise_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> np.
         # fold the scan and cast into the norm or activation that produces the input (TE LayerNormLinear,
         # torch.compile), leaving the FP8 copy and its transpose.
         cast = C.FP8_CAST_BYTES_FUSED if training.elementwise == "fused" else C.FP8_CAST_BYTES
-        if training.fp8_recipe == "rowwise":
-            # Per-row scales: the backward GEMMs reduce along the other axis, so each input is scanned and cast
-            # again along it instead of reusing a transposed copy (torchao float8 rowwise).
+        gathered = 2 * h  # the QKV and MLP-up inputs, whole on every TP rank
+        if training.fp8_recipe in ("rowwise", "blockwise"):
+            # Per-row or per-block scales along the reduction axis: the backward GEMMs reduce along the other
+            # axis, so each input is scanned and cast again along it instead of reusing a transposed copy (torchao
+            # float8 rowwise; Transformer Engine MXFP8, whose 32-element blocks run along K).
             cast = cast + C.FP8_ROWWISE_EXTRA_BYTES
-        total = total + cast * (2 * h + h / tp + f / tp)
+        if training.fp8_recipe != "rowwise":
+            # Tensorwise and block scales let sequence parallelism cast each rank's shard before the all-gather
+            # (steptime._tp_comm); torchao's rowwise recipe gathers in 16 bits and casts the whole gathered input.
+            gathered = np.where(shard.sp, gathered / tp, gathered)
+        total = total + cast * (gathered + h / tp + f / tp)
     return total
+
+
+def _gradient_outputs(m: ModelSpec, shard: Shard) -> np.ndarray:
+    """Elements the backward GEMMs of one layer write per micro-batch: each linear's data gradient (tokens x its
+    input width: h for the QKV and MLP-up inputs, which column parallelism leaves whole, h/tp and f/tp for the
+    others) and weight gradient (the layer's weights on this GPU)."""
+    h, f, t = m.hidden, mlp_width_per_token(m), shard.tokens(m)
+    return t * (2 * h + (h + f) / shard.tp) + fp8_weight_cast_bytes(m, shard) / 4.0
 
 
 def fp8_weight_cast_bytes(m: ModelSpec, shard: Shard) -> np.ndarray:

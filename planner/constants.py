@@ -68,6 +68,11 @@ FP8_CAST_BYTES_FUSED = 2.0   # the FP8 copy and its transpose; scan and cast fus
 # Rowwise scaling's second quantisation of each GEMM input along the other axis: read 2 (scan and cast in one
 # pass), write 1, instead of a transposed copy (torchao float8 rowwise recipe).
 FP8_ROWWISE_EXTRA_BYTES = 2.0
+# Rowwise scaling's backward GEMMs (accumulated at full precision) run as tensorwise cuBLAS GEMMs whose 16-bit
+# output a separate kernel then multiplies by the row and column scales (pytorch/ao #1325: the CUTLASS rowwise
+# kernel is too slow without fast accumulation; #2184: one extra kernel per GEMM, reading and writing its output):
+# 4 bytes per output element of every data- and weight-gradient GEMM.
+FP8_ROWWISE_RESCALE_BYTES = 4.0
 
 # Mixed-precision Adam step: reads fp32 master weight, momentum, variance and gradient (16 B), writes the first
 # three (12 B) and the 16-bit weight (2 B), and zeroes the gradient (4 B): 34 bytes of HBM traffic per

@@ -136,7 +136,8 @@ class MemoryBreakdown:
 def memory_per_gpu(m: ModelSpec, training: TrainingSpec, pc: ParamCount, lay: Layouts) -> MemoryBreakdown:
     """Bytes on the busiest GPU (the first pipeline stage, which holds the most micro-batches in flight)."""
     p = params_on_gpu(m, pc, lay)
-    dense_shards, expert_shards = lay.dp * lay.cp, np.maximum(1, lay.dp * lay.cp // lay.ep)
+    # Expert weights are replicated over the expert-data-parallel ranks: a stage's TP·CP·DP ranks / EP.
+    dense_shards, expert_shards = lay.dp * lay.cp, np.maximum(1, lay.tp * lay.dp * lay.cp // lay.ep)
 
     def sharded(stage: int, bytes_per_param: float) -> np.ndarray:
         on = lay.zero >= stage

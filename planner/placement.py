@@ -2,7 +2,8 @@
 
 Rank r runs on GPU r, so the rank order is the placement: "tp-cp-dp-pp" puts rank tp_i + TP*(cp_i + CP*(dp_i +
 DP*pp_i)), "tp-cp-pp-dp" swaps DP and PP. A group of one kind is `size` ranks `stride` apart; EP is `ep`
-consecutive DP indices. All groups of a kind run their collective at the same time, and that is the contention
+consecutive ranks of one pipeline stage (Megatron-Core's expert layout with expert tensor parallelism 1: the expert
+groups fold over the TP, CP and DP ranks, innermost first). All groups of a kind run their collective at the same time, and that is the contention
 counted here.
 
 Symmetry keeps the cost flat in the cluster size: every group of a kind is a translate of the one that holds
@@ -117,10 +118,10 @@ def rank_strides(tp: int, cp: int, dp: int, pp: int, ep: int, rank_order: str) -
         dp_stride, pp_stride = inner, inner * dp
     else:
         dp_stride, pp_stride = inner * pp, inner
-    return {"tp": (1, tp), "cp": (tp, cp), "dp": (dp_stride, dp), "pp": (pp_stride, pp), "ep": (dp_stride, ep)}
+    return {"tp": (1, tp), "cp": (tp, cp), "dp": (dp_stride, dp), "pp": (pp_stride, pp), "ep": (1, ep)}
 
 
-def _check(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int) -> None:
+def _check(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int, rank_order: str) -> None:
     """Caller errors raise ValueError; layouts this cluster cannot hold raise PlacementRejected."""
     degrees = {"tp": tp, "cp": cp, "dp": dp, "pp": pp, "ep": ep}
     for name, value in degrees.items():
@@ -128,8 +129,12 @@ def _check(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int) ->
             raise ValueError(f"{name} must be a positive integer (got {value!r})")
     if tp * cp * dp * pp != cluster.num_gpus:
         raise ValueError(f"tp*cp*dp*pp = {tp * cp * dp * pp} must equal num_gpus ({cluster.num_gpus})")
-    if dp % ep:
-        raise PlacementRejected("ep_not_dividing_dp", f"EP={ep} does not divide DP={dp}")
+    if (tp * cp * dp) % ep:
+        raise PlacementRejected("ep_not_dividing_ranks", f"EP={ep} does not divide TP·CP·DP={tp * cp * dp}")
+    if ep > tp * cp and rank_order != "tp-cp-dp-pp" and pp > 1:
+        raise PlacementRejected("ep_across_pipeline_stages",
+                                f"EP={ep} spans data-parallel ranks, which rank order {rank_order} interleaves with "
+                                f"pipeline stages: expert groups need DP inside a stage (tp-cp-dp-pp)")
     dom = domain_gpus(cluster)
     if tp > dom:
         raise PlacementRejected("tp_crosses_nvlink_domain", f"TP={tp} crosses the {dom}-GPU NVLink domain")
@@ -144,7 +149,7 @@ def place(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int, ran
     groups already placed on this same cluster by (kind, stride, size), reused and extended (a search places
     thousands of layouts that share most of their groups)."""
     strides = rank_strides(tp, cp, dp, pp, ep, rank_order)
-    _check(cluster, tp, cp, dp, pp, ep)
+    _check(cluster, tp, cp, dp, pp, ep, rank_order)
     shaped = {} if shaped is None else shaped
     groups = {}
     for kind in KINDS:
@@ -370,4 +375,4 @@ def _cell(gpu: int, g: int, dom: int, tp: int, cp: int, dp: int, pp: int, ep: in
     rest = r // (tp * cp)
     dp_i, pp_i = (rest % dp, rest // dp) if order == "tp-cp-dp-pp" else (rest // pp, rest % pp)
     return {"gpu": gpu, "node": gpu // g, "domain": gpu // dom, "rank": r, "tp": r % tp, "cp": r // tp % cp,
-            "dp": dp_i, "pp": pp_i, "ep": dp_i % ep}
+            "dp": dp_i, "pp": pp_i, "ep": (r % (tp * cp) + tp * cp * dp_i) % ep}

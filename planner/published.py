@@ -140,9 +140,6 @@ def _layout_doc(row: dict[str, Any], model: dict[str, Any], catalog: Catalog) ->
     if rt.block_level(row) and (share := _block_share(row, model, catalog)) is not None:
         layout["recompute"], layout["recompute_fraction"] = "full", round(share, 4)
     layout["sequence_parallel"] = bool(row.get("sequence_parallel")) and (layout["tp"] or 1) > 1
-    if layout["ep"] and layout["dp"] and layout["dp"] % layout["ep"]:
-        # Megatron-Core folds EP over TP x DP when expert TP is 1; the engine carves EP out of DP only.
-        layout["ep"] = math.gcd(layout["ep"], layout["dp"])
     layout["zero"] = rt.zero_stage(row.get("optimizer_sharding"))
     layout["cp"] = layout["cp"] or 1
     layout["ep"] = layout["ep"] or 1
@@ -184,7 +181,7 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
                          "ep_comm_overlap": "overlap_moe_expert_parallel_comm true" in notes,
                          "fp8_param_gather": rt.fp8_gather(row), "zero_granularity": rt.zero_granularity(row),
                          "grad_reduce_dtype": rt.grad_reduce_dtype(row),
-                         "fp8_recipe": "rowwise" if "rowwise" in (row.get("precision") or "").lower() else "tensorwise",
+                         "fp8_recipe": rt.fp8_recipe(row),
                          "ep_dispatch": "dedup" if any(w in notes for w in ("deepep", "hybridep")) else "all_to_all"},
             "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},
             "layout": _layout_doc(row, model, catalog)}

@@ -90,6 +90,16 @@ def grad_reduce_dtype(row: dict[str, Any]) -> str:
                                r"grad[-_]reduce[-_]in[-_]bf16", text) else "fp32"
 
 
+def fp8_recipe(row: dict[str, Any]) -> str:
+    """rowwise (torchao's rowwise recipe), blockwise (MXFP8, NVFP4-style or 1x128 block scaling) or tensorwise
+    (delayed or current per-tensor scaling, the default)."""
+    text = (row.get("precision") or "").lower()
+    if "rowwise" in text:
+        return "rowwise"
+    return "blockwise" if any(w in text for w in ("mxfp8", "blockwise", "block-wise", "block scaling")) \
+        else "tensorwise"
+
+
 def precision(row: dict[str, Any], gpu: str) -> str:
     """fp8 for any FP8 recipe (Transformer Engine delayed/blockwise, MXFP8, torchao Float8); bf16 as stated;
     "fp16", "16-bit" or unstated on V100/A100 -> fp16 (Megatron trained GPT in fp16 until 2021; only the gradient

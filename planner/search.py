@@ -100,10 +100,14 @@ def dp_reason(spec: PlanSpec, dp: int) -> tuple[str, str] | None:
     return None
 
 
-def ep_options(spec: PlanSpec, dp: int) -> list[int]:
+def ep_options(spec: PlanSpec, block: int, dp: int) -> list[int]:
+    """EP divides the experts and the TP·CP·DP ranks of a stage, over which the expert groups fold (Megatron-Core
+    with expert tensor parallelism 1). The search offers no EP (1) and groups of whole TP·CP blocks (`block`)
+    times a divisor of DP; a pin may name any divisor of the stage's ranks."""
     if not spec.model.is_moe:
         return _pinned([1], spec.layout.ep)
-    return _pinned([d for d in divisors(math.gcd(spec.model.experts, dp))], spec.layout.ep)
+    offered = sorted({1} | {block * d for d in divisors(dp) if spec.model.experts % (block * d) == 0})
+    return _pinned(offered, spec.layout.ep)
 
 
 def micro_batch_options(spec: PlanSpec, dp: int) -> list[int]:
@@ -136,8 +140,9 @@ def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vp
     m, b = spec.model, spec.training.global_batch
     if (b // dp) % mb:
         return "micro_batch_does_not_divide", f"micro-batch {mb} does not divide the {b // dp} sequences per replica"
-    if ep > 1 and (not m.is_moe or m.experts % ep or dp % ep):
-        return "ep_invalid", f"EP={ep} must divide the {m.experts} experts and DP={dp}"
+    ranks = spec.cluster.num_gpus // pp
+    if ep > 1 and (not m.is_moe or m.experts % ep or ranks % ep):
+        return "ep_invalid", f"EP={ep} must divide the {m.experts} experts and the {ranks} TP·CP·DP ranks of a stage"
     if sp and tp == 1:
         return "sp_needs_tp", "sequence parallelism needs TP > 1"
     if vpp > 1 and (pp == 1 or -(-m.layers // pp) % vpp):
@@ -174,38 +179,68 @@ def structures(spec: PlanSpec):
                 yield tp, pp, cp, dp, why
 
 
-def enumerate_layouts(spec: PlanSpec, rejected: Rejections) -> Layouts:
-    """Every layout the pins allow, minus the structurally infeasible ones (counted in `rejected`)."""
-    blocks: list[np.ndarray] = []
+def enumerate_layouts(spec: PlanSpec, rejected: Rejections) -> tuple[Layouts, np.ndarray]:
+    """Every layout the pins allow, minus the structurally infeasible ones (counted in `rejected`). A layout that
+    both rank orders can hold is one row with the first order and `twin` set: memory does not depend on the
+    order, so evaluate() costs it once and adds the other order only if it fits."""
+    blocks: list[list[np.ndarray]] = []
+    twins: list[np.ndarray] = []
     for tp, pp, cp, dp, why in structures(spec):
         if why:
             rejected.add(*why)
         else:
-            blocks.append(_inner(spec, tp, pp, cp, dp, rejected))
-    return _layouts(np.concatenate(blocks) if blocks else np.zeros((0, 11), dtype=np.int64),
-                    spec.layout.recompute_fraction)
+            cols, twin = _inner(spec, tp, pp, cp, dp, rejected)
+            blocks.append(cols)
+            twins.append(twin)
+    cols = [np.concatenate(c) for c in zip(*blocks)] if blocks else [np.zeros(0, dtype=np.int64)] * 11
+    twin = np.concatenate(twins) if twins else np.zeros(0, dtype=bool)
+    return _layouts(cols, spec.layout.recompute_fraction), twin
 
 
-def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejections) -> np.ndarray:
-    """The inner axes' product (itertools.product order) as rows of _layouts, minus those inner_reason rejects,
-    counted as one rejection per layout in product order would count them."""
+def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejections
+           ) -> tuple[list[np.ndarray], np.ndarray]:
+    """The inner axes' product (itertools.product order) as columns of _layouts, minus those inner_reason rejects,
+    counted as one rejection per layout in product order would count them; each row stands for every rank order
+    the pins allow that can hold it (see enumerate_layouts)."""
     pin = spec.layout
-    axes = (ep_options(spec, dp), micro_batch_options(spec, dp), vpp_options(spec, pp),
+    orders = [RANK_ORDERS.index(o) for o in _pinned(list(RANK_ORDERS) if pp > 1 and dp > 1 else [RANK_ORDERS[0]],
+                                                     pin.rank_order)]
+    axes = (ep_options(spec, tp * cp, dp), micro_batch_options(spec, dp), vpp_options(spec, pp),
             [RECOMPUTE_CODES[rc] for rc in _pinned(recompute_options(spec), pin.recompute)],
             _pinned([False, True] if tp > 1 else [False], pin.sequence_parallel),
-            _pinned([0, 1, 2, 3] if dp * cp > 1 else [0], pin.zero),
-            [RANK_ORDERS.index(o) for o in _pinned(list(RANK_ORDERS) if pp > 1 and dp > 1 else [RANK_ORDERS[0]],
-                                                    pin.rank_order)])
-    if math.prod(len(a) for a in axes) > MAX_CANDIDATES:
+            _pinned([0, 1, 2, 3] if dp * cp > 1 else [0], pin.zero))
+    if math.prod(len(a) for a in axes) * len(orders) > MAX_CANDIDATES:
         axes = (axes[0], axes[1][:8], *axes[2:])  # bound the work; micro-batches beyond 8 options add nothing
     shape = tuple(len(a) for a in axes)
     failed, verdict = _inner_verdicts(spec, tp, pp, dp, axes[0], axes[1], axes[2], axes[4])
-    verdict = np.broadcast_to(verdict.reshape(shape[0], shape[1], shape[2], 1, shape[4], 1, 1), shape).reshape(-1)
-    _count_inner(rejected, verdict, failed)
+    verdict = np.broadcast_to(verdict.reshape(shape[0], shape[1], shape[2], 1, shape[4], 1), shape).reshape(-1)
+    _count_inner(rejected, verdict, failed, len(orders))
     pick = np.indices(shape).reshape(len(shape), -1)[:, verdict < 0]
     cols = [np.asarray(a, dtype=np.int64)[i] for a, i in zip(axes, pick, strict=True)]
-    fixed = [np.full(pick.shape[1], v, dtype=np.int64) for v in (tp, pp, dp, cp)]
-    return np.stack([*fixed, *cols], axis=1)
+    held = _orders_held(tp, pp, cp, axes[0], orders, cols[0], rejected)
+    keep = held[:, 0] >= 0
+    fixed = [np.full(int(keep.sum()), v, dtype=np.int64) for v in (tp, pp, dp, cp)]
+    return [*fixed, *(c[keep] for c in cols), held[keep, 0]], held[keep, 1] >= 0
+
+
+def _orders_held(tp: int, pp: int, cp: int, eps: list, orders: list, ep: np.ndarray, rejected: Rejections
+                 ) -> np.ndarray:
+    """Per row, up to two rank orders that can hold it (-1: none). Expert groups wider than a TP·CP block fold over
+    data-parallel ranks, which must sit inside a pipeline stage (placement.py), so with PP the order that
+    interleaves DP with PP cannot hold them: those layouts are rejected here, before memory is costed."""
+    inside = RANK_ORDERS.index("tp-cp-dp-pp")
+    held = np.full((len(ep), 2), -1, dtype=np.int64)
+    for e in eps:
+        rows = ep == e
+        good = [o for o in orders if not (e > tp * cp and pp > 1 and o != inside)]
+        if len(good) < len(orders) and rows.any():
+            rejected.add("ep_across_pipeline_stages",
+                         f"EP={e} spans data-parallel ranks, which rank order tp-cp-pp-dp interleaves with pipeline "
+                         f"stages: expert groups need DP inside a stage (tp-cp-dp-pp)",
+                         (len(orders) - len(good)) * int(rows.sum()))
+        for slot, o in enumerate(good[:2]):
+            held[rows, slot] = o
+    return held
 
 
 def _inner_verdicts(spec: PlanSpec, tp: int, pp: int, dp: int, eps: list, mbs: list, vpps: list, sps: list
@@ -231,7 +266,7 @@ def _inner_verdicts(spec: PlanSpec, tp: int, pp: int, dp: int, eps: list, mbs: l
     return failed, verdict
 
 
-def _count_inner(rejected: Rejections, verdict: np.ndarray, failed: list[tuple[str, str]]) -> None:
+def _count_inner(rejected: Rejections, verdict: np.ndarray, failed: list[tuple[str, str]], weight: int = 1) -> None:
     """Add the rejections of layouts in product order: reasons in order of first occurrence, each with its
     first layout's message. verdict: per layout, the index of its failure in `failed` (-1: accepted)."""
     rows = np.flatnonzero(verdict >= 0)
@@ -242,13 +277,12 @@ def _count_inner(rejected: Rejections, verdict: np.ndarray, failed: list[tuple[s
     _, first_at, counts = np.unique(reason_of[verdict[rows]], return_index=True, return_counts=True)
     for k in np.argsort(first_at, kind="stable"):
         reason, message = failed[int(verdict[rows[first_at[k]]])]
-        rejected.add(reason, message, int(counts[k]))
+        rejected.add(reason, message, int(counts[k]) * weight)
 
 
-def _layouts(rows: np.ndarray, recompute_fraction: float | None = None) -> Layouts:
-    """Rows of (tp, pp, dp, cp, ep, micro_batch, vpp, recompute code, sp, zero, rank order index); full
+def _layouts(cols: list[np.ndarray], recompute_fraction: float | None = None) -> Layouts:
+    """Columns (tp, pp, dp, cp, ep, micro_batch, vpp, recompute code, sp, zero, rank order index); full
     recomputation covers `recompute_fraction` of the layers (the spec's pin; all of them by default)."""
-    cols = rows.T
     full = np.where(cols[7] == RECOMPUTE_CODES["full"], 1.0 if recompute_fraction is None else recompute_fraction,
                     0.0)
     return Layouts(tp=cols[0], pp=cols[1], dp=cols[2], cp=cols[3], ep=cols[4], micro_batch=cols[5],
@@ -266,17 +300,23 @@ class Evaluation:
     placements: dict[tuple, Placement]
 
 
-def evaluate(spec: PlanSpec, pc: ParamCount, lay: Layouts, rejected: Rejections) -> Evaluation:
-    """Memory first (cheap, vectorised over all), then step time for the layouts that fit, per placement."""
+def evaluate(spec: PlanSpec, pc: ParamCount, lay: Layouts, rejected: Rejections,
+             twin: np.ndarray | None = None) -> Evaluation:
+    """Memory first (cheap, vectorised over all), then step time for the layouts that fit, per placement. A row
+    with `twin` set stands for itself and the same layout in the other rank order (enumerate_layouts)."""
     capacity = spec.cluster.gpu.memory_gib * GIB
+    twin = np.zeros(len(lay), dtype=bool) if twin is None else twin
     total = memory_per_gpu(spec.model, spec.training, pc, lay).total
     fits = total <= capacity
     if not fits.all():
         # The example is the leanest layout that still does not fit: the most telling one.
         i = int(np.flatnonzero(~fits)[np.argmin(total[~fits])])
         rejected.add("out_of_memory", f"{label(lay, i)} needs {total[i] / GIB:.1f} GiB of "
-                                      f"{spec.cluster.gpu.memory_gib:g}", int((~fits).sum()))
-    lay, total = lay.take(fits), total[fits]
+                                      f"{spec.cluster.gpu.memory_gib:g}", int((~fits).sum() + twin[~fits].sum()))
+    both = np.flatnonzero(fits & twin)
+    keep = np.concatenate([np.flatnonzero(fits), both])
+    lay, total = lay.take(keep), total[keep]
+    lay.order[len(keep) - len(both):] = RANK_ORDERS.index("tp-cp-pp-dp")
     lt = _layer_times(spec, lay)
     keys, which = placement_keys(lay)
     counts = np.bincount(which, minlength=len(keys))
@@ -291,11 +331,9 @@ def evaluate(spec: PlanSpec, pc: ParamCount, lay: Layouts, rejected: Rejections)
     idx = np.flatnonzero(placed[which])
     idx = idx[np.argsort(which[idx], kind="stable")]  # by placement: equal collectives sit together (cheaper)
     compact = np.cumsum(placed) - 1  # key index -> index among the placed keys
-    step = np.full(len(lay), np.inf)
-    columns = group_columns(list(placements.values()), compact[which[idx]])
-    step[idx] = step_times(spec, pc, lay.take(idx), columns, _take(lt, idx)).step
-    ok = np.isfinite(step)
-    return Evaluation(lay.take(ok), step[ok], total[ok], placements)
+    columns = group_columns(list(placements.values()), compact[which[idx]], detail=False)
+    lay = lay.take(idx)  # the placed candidates, grouped by placement
+    return Evaluation(lay, step_times(spec, pc, lay, columns, _take(lt, idx)).step, total[idx], placements)
 
 
 def placement_keys(lay: Layouts) -> tuple[list[tuple], np.ndarray]:
@@ -335,7 +373,8 @@ def _distinct(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _take(lt: LayerTimes, idx: np.ndarray) -> LayerTimes:
-    return LayerTimes(**{k: v[idx] for k, v in lt.__dict__.items()})
+    return LayerTimes(**{k: tuple(g[idx] for g in v) if isinstance(v, tuple) else v[idx]
+                         for k, v in lt.__dict__.items()})
 
 
 def label(lay: Layouts, i: int) -> str:
@@ -358,23 +397,37 @@ def search(spec: PlanSpec) -> tuple[Evaluation, Rejections, int, ParamCount]:
     headroom), the rejections, and how many layouts were considered."""
     rejected = Rejections(Counter(), {})
     pc = param_count(spec.model)
-    lay = enumerate_layouts(spec, rejected)
-    considered = len(lay) + sum(rejected.counts.values())
-    ev = evaluate(spec, pc, lay, rejected)
-    rank = np.lexsort((ev.memory_total, np.round(ev.step, 9)))
+    lay, twin = enumerate_layouts(spec, rejected)
+    considered = len(lay) + int(twin.sum()) + sum(rejected.counts.values())
+    ev = evaluate(spec, pc, lay, rejected, twin)
+    rank = _rank(ev.step, ev.memory_total)
     ev = Evaluation(ev.layouts.take(rank), ev.step[rank], ev.memory_total[rank], ev.placements)
     return ev, rejected, considered, pc
+
+
+def _rank(step: np.ndarray, memory: np.ndarray) -> np.ndarray:
+    """Candidates best first: by step time to the nanosecond, then memory, then enumeration order (what
+    np.lexsort((memory, round(step, 9))) gives). One sort of the step times; only equal times are sorted again."""
+    key = np.round(step, 9)
+    order = np.argsort(key, kind="stable")
+    ranked = key[order]
+    tie = np.flatnonzero(ranked[1:] == ranked[:-1])
+    if tie.size:
+        idx = np.union1d(tie, tie + 1)  # positions inside runs of equal times, each run contiguous
+        rows = order[idx]
+        order[idx] = rows[np.lexsort((rows, memory[rows], ranked[idx]))]
+    return order
 
 
 def estimate_layouts(spec: PlanSpec) -> int:
     """An upper bound on the layouts `search` will consider, counted from the axis options without costing
     any: what a caller sizes time limits from. Cheap (divisor counts only)."""
     total = 0
-    for _, pp, _, dp, why in structures(spec):
+    for tp, pp, cp, dp, why in structures(spec):
         if why:
             total += 1
             continue
-        inner = (len(ep_options(spec, dp)) * len(micro_batch_options(spec, dp))
+        inner = (len(ep_options(spec, tp * cp, dp)) * len(micro_batch_options(spec, dp))
                  * len(vpp_options(spec, pp)) * len(RECOMPUTE) * 2 * 4 * 2)
         total += min(inner, MAX_CANDIDATES)
     return max(1, total)

@@ -25,7 +25,7 @@ FABRIC_KINDS = ("infiniband", "roce", "ethernet", "efa")
 ATTENTION_KERNELS = ("flash", "triton", "unfused")
 ELEMENTWISE_MODES = ("fused", "eager")
 EP_DISPATCH = ("all_to_all", "dedup")
-FP8_RECIPES = ("tensorwise", "rowwise")
+FP8_RECIPES = ("tensorwise", "rowwise", "blockwise")
 ZERO_GRANULARITIES = ("bucket", "layer")
 GRAD_REDUCE_DTYPES = ("fp32", "bf16")
 # Rank orders, innermost first. TP is always innermost (it must stay inside an NVLink domain); the two orders
@@ -83,8 +83,10 @@ TRAINING_FIELDS = (
           help="Overlap tensor-parallel collectives with the GEMMs they feed (Megatron --tp-comm-overlap, "
                "torchtitan async TP); off = synchronous, the Megatron default."),
     Field("fp8_recipe", str, "tensorwise", choices=FP8_RECIPES,
-          help="With fp8: tensorwise (one scale per tensor: Transformer Engine delayed scaling, torchao tensorwise) "
-               "or rowwise (one per row; each input is quantised again along the other axis for the backward)."),
+          help="With fp8: tensorwise (one scale per tensor: Transformer Engine delayed scaling, torchao tensorwise), "
+               "rowwise (torchao: one per row; each input quantised again along the other axis for the backward, "
+               "whose GEMMs rescale their outputs in a separate kernel) or blockwise (Transformer Engine MXFP8 and "
+               "1x128 block scaling: each input quantised along both axes, scales applied inside the GEMMs)."),
     Field("fp8_param_gather", bool, False,
           help="With fp8: gather parameters in FP8, 1 byte each (FSDP2 float8 all-gather, Megatron "
                "--fp8-param-gather); off = 16-bit gathers."),
@@ -190,7 +192,9 @@ LAYOUT_FIELDS = (
     Field("pp", int, None, lo=1, hi=2048, help="Pipeline-parallel stages."),
     Field("dp", int, None, lo=1, hi=1_048_576, help="Data-parallel replicas."),
     Field("cp", int, None, lo=1, hi=65_536, help="Context-parallel degree (splits the sequence)."),
-    Field("ep", int, None, lo=1, hi=8192, help="Expert-parallel degree (MoE), carved out of DP."),
+    Field("ep", int, None, lo=1, hi=8192,
+          help="Expert-parallel degree (MoE): experts split over this many ranks of a pipeline stage, folded over "
+               "the TP, CP and DP ranks (Megatron-Core, expert tensor parallelism 1)."),
     Field("micro_batch", int, None, lo=1, hi=16_777_216, unit="sequences", help="Sequences per micro-batch."),
     Field("vpp", int, None, lo=1, hi=2048, help="Virtual pipeline stages per GPU (interleaved 1F1B)."),
     Field("recompute", str, None, choices=RECOMPUTE, help="Activation recomputation."),

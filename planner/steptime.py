@@ -60,6 +60,7 @@ class GroupColumn:
     groups: tuple[GroupPlacement, ...]
     index: np.ndarray
     tables: dict[str, OptionTable] = field(default_factory=dict)
+    detail: bool = True  # split each collective's time by fabric (the answer's report needs it; ranking does not)
 
     def table(self, op: str, cluster: ClusterSpec) -> OptionTable:
         if op not in self.tables:
@@ -67,15 +68,18 @@ class GroupColumn:
         return self.tables[op]
 
 
-def group_columns(placements: Sequence[Placement], which: np.ndarray) -> dict[str, GroupColumn]:
+def group_columns(placements: Sequence[Placement], which: np.ndarray, detail: bool = True
+                  ) -> dict[str, GroupColumn]:
     """Per kind, the distinct groups of `placements` and each candidate's (candidate i runs on
-    placements[which[i]]). On one cluster a group is fixed by its kind, stride and size (placement._shape)."""
+    placements[which[i]]). On one cluster a group is fixed by its kind, stride and size (placement._shape).
+    Without `detail` the collectives' times are not split by fabric (the search ranks on totals alone)."""
     out = {}
     for kind in KINDS:
         rows: dict[tuple[int, int], tuple[int, GroupPlacement]] = {}
         index = [rows.setdefault((p.groups[kind].stride, p.groups[kind].size), (len(rows), p.groups[kind]))[0]
                  for p in placements]
-        out[kind] = GroupColumn(tuple(g for _, g in rows.values()), np.array(index, dtype=np.intp)[which])
+        out[kind] = GroupColumn(tuple(g for _, g in rows.values()), np.array(index, dtype=np.intp)[which],
+                                detail=detail)
     return out
 
 
@@ -89,7 +93,7 @@ def step_times(spec: PlanSpec, pc: ParamCount, lay: Layouts, placement: dict[str
     n = stage_layers(m.layers, lay.pp).astype(float)
     tokens = lay.micro_batch * m.seq_len / lay.cp
     params = params_on_gpu(m, pc, lay).total
-    colls = (_tp_comm(spec, lay, placement, tokens, n, micro, fwd + bwd)
+    colls = (_tp_comm(spec, lay, placement, tokens, n, micro, lt)
              + [_cp_comm(spec, lay, placement, tokens, n, micro, lt),
                 _ep_comm(spec, lay, placement, tokens, n, micro, fwd + bwd),
                 _pp_comm(spec, lay, placement, tokens, micro)]
@@ -130,49 +134,64 @@ def _collective(spec: PlanSpec, placement: dict[str, GroupColumn], group: str, o
     candidates that make calls are costed (the others' totals are zero whatever one call would cost)."""
     col = placement[over or group]
     nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), col.index.shape)
-    if not np.any(calls):  # nobody makes this call (e.g. the ZeRO-3 collectives of ZeRO-1 candidates)
+    table = col.table(op, spec.cluster) if np.any(calls) else None
+    if table is not None and not table.active.all():
+        calls = np.where(table.active[col.index], calls, 0.0)
+    busy = np.flatnonzero(calls > 0) if table is not None else np.zeros(0, dtype=np.intp)
+    if not busy.size:  # nobody makes this call (the ZeRO-3 collectives of ZeRO-1 candidates, CP stages of CP 1)
         zero = np.zeros(len(col.index))
-        return Collective(group, op, nbytes, zero, zero, zero.copy(), {}, "none", over)
-    table = col.table(op, spec.cluster)
-    calls = np.where(table.active[col.index], calls, 0.0)
-    busy = np.flatnonzero(calls > 0)
-    cost = collective_costs(table, nbytes[busy], col.index[busy])
-    total = _spread(cost.time_s * calls[busy], busy, len(calls))
-    by_fabric = {fab: _spread(t * calls[busy], busy, len(calls)) for fab, t in cost.by_fabric.items()}
-    return Collective(group, op, nbytes, calls, total, total.copy(), by_fabric,
-                      cost.algorithm if busy.size else "none", over)
+        return Collective(group, op, nbytes, zero, zero, zero, {}, "none", over)
+    everyone = busy.size == len(col.index)
+    made = calls if everyone else calls[busy]
+    cost = collective_costs(table, nbytes if everyone else nbytes[busy], col.index if everyone else col.index[busy])
+    total = _spread(cost.time_s * made, busy, len(col.index))
+    by_fabric = {fab: _spread(t * made, busy, len(col.index)) for fab, t in cost.by_fabric.items()} if col.detail \
+        else {}
+    # exposed_s starts as the whole time; callers replace it (never write into it), so it may share the array.
+    calls = np.broadcast_to(calls, col.index.shape)
+    return Collective(group, op, nbytes, calls, total, total, by_fabric, cost.algorithm, over)
 
 
 def _spread(values: np.ndarray, where: np.ndarray, n: int) -> np.ndarray:
+    if len(where) == n:  # every candidate makes the call (busy is all of them, in order)
+        return values
     out = np.zeros(n)
     out[where] = values
     return out
 
 
 def _tp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], tokens: np.ndarray, n: np.ndarray,
-             micro: np.ndarray, compute: np.ndarray) -> list[Collective]:
+             micro: np.ndarray, lt: LayerTimes) -> list[Collective]:
     """Megatron TP: two all-reduces of the h-wide activations per layer forward and two backward (Shoeybi et al.
     2019, fig. 4); with sequence parallelism each becomes a reduce-scatter + all-gather pair of the same bytes
     (Korthikanti et al. 2022, sec. 4.2.2). Full recomputation repeats the forward's. Synchronous by default;
-    training.tp_comm_overlap (Megatron --tp-comm-overlap, torchtitan async TP) splits each GEMM into chunks
-    that overlap the collectives of their neighbours (Wang et al. 2023, "Overlap Communication with Dependent
-    Computation via Decomposition"), so only the excess over the layer's compute and the interference remain."""
+    training.tp_comm_overlap (Megatron --tp-comm-overlap, torchtitan async TP; both need sequence parallelism)
+    splits each GEMM into chunks that overlap the collective beside it (Wang et al. 2023, "Overlap Communication
+    with Dependent Computation via Decomposition"): the gather before the QKV and MLP-up GEMMs, the reduce-scatter
+    after the output projection and the MLP-down GEMM, and in the backward the mirror pairs with the same GEMMs'
+    data gradients. Each collective hides only behind its own GEMM: the excess and the interference remain."""
     nbytes = tokens * spec.model.hidden * ACT_BYTES
     calls = (4.0 + 2.0 * lay.full_share) * n * micro
     plain, split = np.where(lay.sp, 0.0, calls), np.where(lay.sp, calls, 0.0)
     # With FP8 and one scale per tensor the sequence-parallel all-gathers carry the inputs of the next GEMMs
-    # already cast, 1 byte each (Transformer Engine gathers the FP8 output of LayerNormLinear; torchao's
-    # Float8ColwiseParallel casts before the all-gather); reductions stay 16-bit. Rowwise scales are per row of
-    # the whole gathered tensor, so those gathers stay 16-bit.
-    fp8_gather = spec.training.precision == "fp8" and spec.training.fp8_recipe == "tensorwise"
+    # already cast, 1 byte each (Transformer Engine gathers the FP8 output of LayerNormLinear, MXFP8 blocks with
+    # their scales; torchao's Float8ColwiseParallel casts before the all-gather); reductions stay 16-bit. torchao's
+    # rowwise recipe gathers in 16 bits.
+    fp8_gather = spec.training.precision == "fp8" and spec.training.fp8_recipe != "rowwise"
     colls = [_collective(spec, placement, "tp", "all_reduce", nbytes, plain),
              _collective(spec, placement, "tp", "reduce_scatter", nbytes, split),
              _collective(spec, placement, "tp", "all_gather", nbytes / 2.0 if fp8_gather else nbytes, split)]
     if spec.training.tp_comm_overlap:
-        total = sum(c.time_s for c in colls)
-        exposed = _exposed(total, C.DP_OVERLAP_EFFICIENCY * compute * micro)
-        for c in colls:
-            c.exposed_s = exposed * _share(c.time_s, total)
+        rs, ag = colls[1], colls[2]
+        per_rs, per_ag = (_share(c.time_s, c.calls) for c in (rs, ag))
+        qkv, proj, up, down = (C.DP_OVERLAP_EFFICIENCY * g for g in lt.tp_gemms)
+        # Forward: gather -> QKV, projection -> scatter, gather -> MLP up, down -> scatter; the backward's data
+        # gradients pair the other way round (a scatter after QKV's and MLP-up's, a gather before the others').
+        fwd = _exposed(per_ag, qkv) + _exposed(per_rs, proj) + _exposed(per_ag, up) + _exposed(per_rs, down)
+        bwd = _exposed(per_rs, qkv) + _exposed(per_ag, proj) + _exposed(per_rs, up) + _exposed(per_ag, down)
+        hidden = np.where(lay.sp, ((1.0 + lay.full_share) * fwd + bwd) * n * micro, rs.time_s + ag.time_s)
+        for c in (rs, ag):
+            c.exposed_s = hidden * _share(c.time_s, rs.time_s + ag.time_s)
     return colls
 
 

@@ -120,7 +120,12 @@ def _precision(job: Job, arg, em: Emitter) -> None:
     precision = job.spec.training.precision
     arg("--fp16" if precision == "fp16" else "--bf16")
     if precision == "fp8":  # Transformer Engine: E4M3 forward, E5M2 gradients; bf16 elsewhere
-        arg("--fp8-format", "hybrid")
+        recipe = job.spec.training.fp8_recipe
+        arg("--fp8-format", "e4m3" if recipe == "blockwise" else "hybrid")
+        if recipe == "blockwise":
+            arg("--fp8-recipe", "mxfp8")  # Blackwell; Hopper runs 1x128 blocks: --fp8-recipe blockwise
+        elif recipe == "rowwise":
+            em.note("rowwise fp8 is torchao's recipe: Transformer Engine scales per tensor or per block")
     attention = job.spec.training.attention
     if attention == "triton":
         em.note("attention kernel triton (FlashAttention in Triton): Megatron has no such backend; "

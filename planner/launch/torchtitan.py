@@ -55,9 +55,14 @@ def _training(job: Job, key, em: Emitter) -> None:
         em.note("fp16: torchtitan trains in bf16 or fp32 only (training.mixed_precision_param)")
     else:
         key("training", "mixed_precision_param", "bfloat16")
-    if t.precision == "fp8":
+    if t.precision == "fp8" and t.fp8_recipe == "blockwise":
+        key("model", "converters", ["quantize.linear.mx"])
+        em.note("blockwise fp8: torchtitan's MX converter (MXFP8, Blackwell); pick quantize.linear.mx.recipe_name")
+    elif t.precision == "fp8":
         key("model", "converters", ["quantize.linear.float8"])
         key("quantize.linear.float8", "recipe_name", t.fp8_recipe)
+        if t.fp8_param_gather:
+            key("quantize.linear.float8", "enable_fsdp_float8_all_gather", True)
     if t.attention != "flash":
         em.note(f"attention kernel {t.attention}: torchtitan runs PyTorch SDPA (flash), faster than the plan assumed")
 

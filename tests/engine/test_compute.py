@@ -6,7 +6,7 @@ import pytest
 
 from planner import constants as C
 from planner import parse_spec
-from planner.compute import Shard, k_half, attention_times, elementwise_bytes, gemm_time, layer_times
+from planner.compute import Shard, attention_times, elementwise_bytes, gemm_time, k_half, layer_times
 
 
 @pytest.fixture
@@ -61,8 +61,11 @@ def test_a_skinny_gemm_is_memory_bound(h100):
 def test_fp8_gemms_are_faster_but_not_twice(h100):
     gpu = h100.cluster.gpu
     speedup = tflops(8192, 8192, 8192, gpu, fp8=True) / tflops(8192, 8192, 8192, gpu)
-    # H100 catalog: FP8 1402.6 of 1979, BF16 794.5 of 989 TFLOP/s measured -> 1.77x, not 2x.
-    assert speedup == pytest.approx(1402.6 / 794.5, rel=0.01)
+    # H100 catalog: FP8 1402.6 of 1979, BF16 794.5 of 989 TFLOP/s measured -> 1.77x at best shapes, and an FP8
+    # tile needs twice the reduction length to amortise its prologue (k_half 664 -> 1328 elements at K = 8192).
+    kh = k_half(gpu)
+    assert speedup == pytest.approx(1402.6 / 794.5 * (8192 + kh) / (8192 + 2 * kh), rel=0.01)
+    assert 1.5 < speedup < 1.77
 
 
 def test_a_power_capped_gpu_runs_its_gemms_slower(catalog, gpt3_doc, h100):

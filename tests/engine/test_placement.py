@@ -30,14 +30,15 @@ def coordinates(rank: int, tp: int, cp: int, dp: int, pp: int, order: str) -> di
 
 
 def brute_groups(n: int, tp: int, cp: int, dp: int, pp: int, ep: int, order: str) -> dict[str, list[list[int]]]:
-    """kind -> groups (GPU lists): ranks that share every coordinate but the kind's own (EP: ep consecutive
-    DP indices)."""
+    """kind -> groups (GPU lists): ranks that share every coordinate but the kind's own (EP: ep consecutive ranks
+    of one stage, counted over TP, CP and DP innermost first)."""
     groups: dict[str, dict[tuple, list[int]]] = {k: {} for k in ("tp", "cp", "dp", "pp", "ep")}
     for r in range(n):
         c = coordinates(r, tp, cp, dp, pp, order)
         for kind in ("tp", "cp", "dp", "pp"):
             groups[kind].setdefault(tuple(v for k, v in c.items() if k != kind), []).append(r)
-        groups["ep"].setdefault((c["tp"], c["cp"], c["pp"], c["dp"] // ep), []).append(r)
+        folded = c["tp"] + tp * (c["cp"] + cp * c["dp"])
+        groups["ep"].setdefault((c["pp"], folded // ep), []).append(r)
     return {k: list(v.values()) for k, v in groups.items()}
 
 
@@ -125,8 +126,9 @@ def test_group_shapes_match_brute_force(data):
     cp = data.draw(st.sampled_from(divisors(n // tp)))
     pp = data.draw(st.sampled_from(divisors(n // tp // cp)))
     dp = n // (tp * cp * pp)
-    ep = data.draw(st.sampled_from(divisors(dp)))
     order = data.draw(st.sampled_from(RANK_ORDERS))
+    stage = tp * cp * dp if order == "tp-cp-dp-pp" or pp == 1 else tp * cp  # EP must stay within a stage's block
+    ep = data.draw(st.sampled_from(divisors(stage)))
     placed = place(cluster, tp, cp, dp, pp, ep, order)
     for kind, groups in brute_groups(n, tp, cp, dp, pp, ep, order).items():
         gp = placed.groups[kind]
@@ -187,13 +189,13 @@ def test_llama3_pods_limit_all_to_all_but_not_rings():
     """Across 1:7 pods a DP ring needs one ring's worth per pod; an EP all-to-all pushes m (n - m) / n of its
     buffer per member through the pod uplinks."""
     cluster = make_cluster(16384, fabric="RoCEv2 400 GbE (Llama 3 style)")
-    placed = place(cluster, 8, 1, 128, 16, 64, "tp-cp-pp-dp")
-    dp, ep = placed.groups["dp"], placed.groups["ep"]
+    dp = place(cluster, 8, 1, 128, 16, 1, "tp-cp-pp-dp").groups["dp"]
     assert "pod_uplink" in dp.links and dp.bottleneck == "nic" and dp.hops == 5
-    # EP 64 members 128 GPUs apart: 8,192-GPU blocks straddle the 3,072-GPU pods; the worst group spans 4 pods
-    # (16 members each) and the worst pod's uplinks carry up to 2 x 128 such groups.
-    assert (ep.members_per_unit["pod_uplink"], ep.shared_by["pod_uplink"]) == (16, 256)
-    assert ep.egress_gbytes_per_s["pod_uplink"] == pytest.approx(3072 * 50 / 7 / 256)
+    # EP 4,096 over consecutive GPUs: groups of 4,096 straddle the 3,072-GPU pods; GPUs 4,096-8,191 split 2,048 /
+    # 2,048 over two pods, and the worst pod's uplinks carry the 2 groups that leave it.
+    ep = place(cluster, 1, 1, 16384, 1, 4096, "tp-cp-dp-pp").groups["ep"]
+    assert (ep.members_per_unit["pod_uplink"], ep.shared_by["pod_uplink"]) == (2048, 2)
+    assert ep.egress_gbytes_per_s["pod_uplink"] == pytest.approx(3072 * 50 / 7 / 2)
 
 
 def test_torus_rings_along_a_dimension_share_each_link_once_per_gpu():
@@ -255,14 +257,24 @@ def test_as_dict_is_plain_json():
 
 def test_rank_strides_follow_the_order():
     assert rank_strides(8, 2, 4, 16, 2, "tp-cp-dp-pp") == {"tp": (1, 8), "cp": (8, 2), "dp": (16, 4),
-                                                           "pp": (64, 16), "ep": (16, 2)}
+                                                           "pp": (64, 16), "ep": (1, 2)}
     assert rank_strides(8, 2, 4, 16, 2, "tp-cp-pp-dp")["dp"] == (256, 4)
 
 
-def test_it_rejects_ep_that_does_not_divide_dp():
+def test_it_rejects_ep_that_does_not_divide_the_ranks_of_a_stage():
     with pytest.raises(PlacementRejected) as exc:
         place(make_cluster(1024), 8, 1, 8, 16, 3, "tp-cp-dp-pp")
-    assert (exc.value.reason, exc.value.message) == ("ep_not_dividing_dp", "EP=3 does not divide DP=8")
+    assert (exc.value.reason, exc.value.message) == ("ep_not_dividing_ranks", "EP=3 does not divide TP·CP·DP=64")
+
+
+def test_expert_groups_fold_over_tensor_and_data_parallel_ranks():
+    # Megatron-Core with expert tensor parallelism 1: EP 16 over TP 2 x DP 8 is 16 consecutive GPUs, two 8-GPU
+    # nodes, where EP carved out of DP alone would span four.
+    p = place(make_cluster(128), 2, 1, 16, 4, 16, "tp-cp-dp-pp")
+    assert (p.groups["ep"].stride, p.groups["ep"].size, p.groups["ep"].nodes) == (1, 16, 2)
+    with pytest.raises(PlacementRejected) as exc:
+        place(make_cluster(128), 2, 1, 16, 4, 16, "tp-cp-pp-dp")
+    assert exc.value.reason == "ep_across_pipeline_stages"
 
 
 def test_caller_errors_are_value_errors():
