@@ -62,13 +62,15 @@ def validate(paths: Iterable[Path | str] = DEFAULT_RUNS, search: bool = False, c
     for e in entries:
         by_group.setdefault(e["group"], []).append(e)
         by_cohort.setdefault(accuracy.cohort(e["generation"], e["precision"]), []).append(e)
+    groups = {g: figures(es, search) for g, es in sorted(by_group.items())}
     return {
         "engine": {"version": C.ENGINE_VERSION, "fingerprint": accuracy.fingerprint()},
         "files": [_shown(p) for p in paths],
         "search": search,
-        "summary": figures(entries, search),
+        # The summary carries the per-group figures too, as issue #8 words it; `groups` repeats them at the top.
+        "summary": {**figures(entries, search), "groups": groups},
         "holdout": figures([e for e in entries if e["holdout"]], search),
-        "groups": {g: figures(es, search) for g, es in sorted(by_group.items())},
+        "groups": groups,
         "by_generation_precision": {k: figures(es, search) for k, es in sorted(by_cohort.items())},
         "rows": entries,
         "constants": constants_in_use(),

@@ -82,6 +82,7 @@ def test_held_out_rows_are_summarised_apart(small):
 def test_figures_by_group_and_by_gpu_generation_and_precision(small):
     assert set(small["groups"]) == {"A3_megatron_readme_2020"}
     assert small["groups"]["A3_megatron_readme_2020"]["modelled"] == 4
+    assert small["summary"]["groups"] == small["groups"]  # the summary carries them too
     cohorts = small["by_generation_precision"]
     assert set(cohorts) == {"V100 fp16", "A100 fp16"}
     assert cohorts["V100 fp16"]["modelled"] == 2 and cohorts["A100 fp16"]["modelled"] == 2
