@@ -178,7 +178,7 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
             "training": {"global_batch": _global_batch(row), "precision": rt.precision(row, gpu),
                          "attention": rt.attention_kernel(row, gpu), "tp_comm_overlap": rt.tp_overlap(row),
                          "elementwise": rt.elementwise(row), "recompute_early_stop": rt.native_stack(row),
-                         "ep_comm_overlap": "overlap_moe_expert_parallel_comm true" in notes,
+                         "ep_comm_overlap": rt.ep_overlap(row),
                          "fp8_param_gather": rt.fp8_gather(row), "zero_granularity": rt.zero_granularity(row),
                          "grad_reduce_dtype": rt.grad_reduce_dtype(row),
                          "fp8_recipe": rt.fp8_recipe(row),

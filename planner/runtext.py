@@ -128,19 +128,33 @@ def tp_overlap(row: dict[str, Any]) -> bool:
     return any(word in text for word in ("asynctp", "async tp", "async-tp", "tp-comm-overlap", "tp_comm_overlap"))
 
 
-# PyTorch-native training stacks: modules written in PyTorch, run eagerly unless torch.compile is on.
+def ep_overlap(row: dict[str, Any]) -> bool:
+    """MoE all-to-alls overlapped with another micro-batch's compute when the row says so (Megatron-Core
+    --overlap-moe-expert-parallel-comm, or "EP overlap" in its feature list); off when it says the flag is false."""
+    text = text_of(row, "notes", "precision")
+    if re.search(r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm\s*[:=]?\s*false", text):
+        return False
+    return bool(re.search(r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm|\bep overlap|ep a2a overlap", text))
+
+
+# PyTorch-native training stacks: modules written in PyTorch, run eagerly unless torch.compile is on, and
+# checkpointed with torch.utils.checkpoint's non-reentrant form (FSDP's checkpoint_wrapper default).
 NATIVE_STACKS = ("fsdp", "torchtitan", "llm-foundry", "composer", "fms-fsdp", "torchao")
+# Stacks that also run PyTorch modules eagerly but checkpoint their own way (DeepSpeed's reentrant checkpointing).
+EAGER_STACKS = NATIVE_STACKS + ("deepspeed", "hugging face", "huggingface")
 COMPILE_OFF = re.compile(r"(torch\.)?compile\s*[:=]\s*(off|false|no|n)\b|no(t| torch\.)? ?compile|nocompile"
                          r"|without (torch\.)?compile")
 COMPILE_ON = re.compile(r"torch\.compile|\bcompile\s*[:=]\s*(on|true|yes|y)\b|_compile\b")
 
 
 def elementwise(row: dict[str, Any]) -> str:
-    """Eager for PyTorch-native stacks (FSDP, torchtitan, llm-foundry, fms-fsdp, torchao; or a group named F_)
-    unless the row says torch.compile was on; fused for Megatron-style stacks, which run fused kernels."""
-    if not native_stack(row):
-        return "fused"
+    """Eager for PyTorch-native stacks (FSDP, torchtitan, llm-foundry, fms-fsdp, torchao, DeepSpeed or Hugging Face
+    without Megatron; or a group named F_) unless the row says torch.compile was on; fused for Megatron-style
+    stacks, which run fused kernels."""
     text = text_of(row, "id", "precision", "notes", "optimizer_sharding", "model")
+    eager_stack = any(word in text for word in EAGER_STACKS) and "megatron" not in text
+    if not (native_stack(row) or eager_stack):
+        return "fused"
     if COMPILE_OFF.search(text):
         return "eager"
     return "fused" if COMPILE_ON.search(text) else "eager"
@@ -200,9 +214,9 @@ def _attn_impl(row: dict[str, Any]) -> str | None:
 
 # The network between nodes as a row's fabric notes give it: "1600 Gbps node-node interconnect (RoCE)", "3.2 Tbps
 # RoCE", "800 Gbps inter-node", "400 Gb/s per GPU".
-RATE = r"(\d+(?:\.\d+)?)\s*(tbps|tb/s|gbps|gb/s)"
-PER_GPU = re.compile(RATE + r"\s*(?:per|/|each)\s*gpu")
-PER_NODE = re.compile(RATE + r"[^.;]*?(?:inter-node|node-node|node-to-node|interconnect)")
+RATE = r"(\d[\d,]*(?:\.\d+)?)\s*(tbps|tb/s|gbps|gb/s)"
+PER_GPU = re.compile(RATE + r"[^.;\d]{0,40}?(?:per|/|each|for every)\s*gpu")
+PER_NODE = re.compile(RATE + r"[^.;\d]*?(?:inter-node|internode|node-node|node-to-node|interconnect)")
 
 
 def network(row: dict[str, Any], gpus_per_node: int) -> tuple[float | None, str | None]:
@@ -221,5 +235,5 @@ def network(row: dict[str, Any], gpus_per_node: int) -> tuple[float | None, str 
 
 
 def _gbits(match: re.Match) -> float:
-    value, unit = float(match.group(1)), match.group(2)
+    value, unit = float(match.group(1).replace(",", "")), match.group(2)
     return value * (1000.0 if unit.startswith("t") else 1.0)

@@ -31,6 +31,8 @@ def test_the_attention_kernel_is_the_one_the_row_names(row, gpu, kernel):
     ({"group": "F_foundry", "notes": "Composer FSDP; no compile flag"}, "eager"),
     ({"group": "X", "notes": "trained with PyTorch FSDP full shard"}, "eager"),
     ({"group": "X", "notes": "Megatron-LM with Transformer Engine"}, "fused"),
+    ({"group": "X", "notes": "Hugging Face model with DeepSpeed ZeRO-3"}, "eager"),
+    ({"group": "X", "notes": "Megatron-DeepSpeed 3D parallelism"}, "fused"),
 ])
 def test_pytorch_stacks_run_eagerly_unless_compiled(row, mode):
     assert rt.elementwise(row) == mode
@@ -43,6 +45,8 @@ def test_pytorch_stacks_run_eagerly_unless_compiled(row, mode):
     ("Grand Teton: backend RDMA network 400 Gb/s per GPU; default 500W power limit", 8, (400.0, None)),
     ("8 NVIDIA Mellanox '400 Gbps HDR InfiniBand' HCAs per node", 8, (None, "infiniband")),
     ("Single node 8xH100 (README); NVLink details not stated.", 8, (None, None)),
+    ("3.2 Tbps total per node (400 Gbps InfiniBand per GPU)", 8, (400.0, "infiniband")),
+    ("RoCE fabric, 1,600 Gbps node-to-node", 8, (200.0, "roce")),
 ])
 def test_the_fabric_notes_give_bandwidth_per_gpu_and_kind(notes, gpus, expected):
     assert rt.network({"fabric_notes": notes}, gpus) == expected
@@ -75,3 +79,12 @@ def test_block_level_checkpointing_recomputes_the_share_its_flops_show():
     assert rt.recompute_fraction({"recompute": "selective, per-layer (checkpoint every 2nd block)"}, 3, 1) == 0.5
     assert rt.recompute_fraction({"recompute": "selective, per-layer (every k-th block; k not stated)"}, 3, 1) is None
     assert rt.recompute_fraction({"recompute": "full"}, 3, 1) is None
+
+
+@pytest.mark.parametrize("notes, overlap", [
+    ("features 'DeepEP; EP overlap'. Recipe YAML: overlap_moe_expert_parallel_comm True", True),
+    ("features 'BF16 baseline'. Recipe YAML: overlap_moe_expert_parallel_comm False, delay_wgrad_compute False", False),
+    ("launched with --overlap-moe-expert-parallel-comm", True), ("no MoE flags", False),
+])
+def test_moe_all_to_all_overlap_as_the_row_states_it(notes, overlap):
+    assert rt.ep_overlap({"notes": notes}) is overlap
