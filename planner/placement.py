@@ -3,8 +3,8 @@
 Rank r runs on GPU r, so the rank order is the placement: "tp-cp-dp-pp" puts rank tp_i + TP*(cp_i + CP*(dp_i +
 DP*pp_i)), "tp-cp-pp-dp" swaps DP and PP. A group of one kind is `size` ranks `stride` apart; EP is `ep`
 consecutive ranks of one pipeline stage (Megatron-Core's expert layout with expert tensor parallelism 1: the expert
-groups fold over the TP, CP and DP ranks, innermost first). All groups of a kind run their collective at the same time, and that is the contention
-counted here.
+groups fold over the TP, CP and DP ranks, innermost first). All groups of a kind run their collective at the same
+time, and that is the contention counted here.
 
 Symmetry keeps the cost flat in the cluster size: every group of a kind is a translate of the one that holds
 rank 0, so we route one representative edge (the one crossing the highest level) on a window graph of two nodes
@@ -121,6 +121,15 @@ def rank_strides(tp: int, cp: int, dp: int, pp: int, ep: int, rank_order: str) -
     return {"tp": (1, tp), "cp": (tp, cp), "dp": (dp_stride, dp), "pp": (pp_stride, pp), "ep": (1, ep)}
 
 
+def ep_across_stages(tp: int, cp: int, pp: int, ep: int, rank_order: str) -> str | None:
+    """Why an expert group cannot be placed in this rank order, or None: EP wider than a TP·CP block folds over
+    data-parallel ranks, which the order "tp-cp-pp-dp" interleaves with pipeline stages."""
+    if ep > tp * cp and pp > 1 and rank_order != "tp-cp-dp-pp":
+        return (f"EP={ep} spans data-parallel ranks, which rank order {rank_order} interleaves with pipeline stages: "
+                f"expert groups need DP inside a stage (tp-cp-dp-pp)")
+    return None
+
+
 def _check(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int, rank_order: str) -> None:
     """Caller errors raise ValueError; layouts this cluster cannot hold raise PlacementRejected."""
     degrees = {"tp": tp, "cp": cp, "dp": dp, "pp": pp, "ep": ep}
@@ -131,10 +140,8 @@ def _check(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int, ra
         raise ValueError(f"tp*cp*dp*pp = {tp * cp * dp * pp} must equal num_gpus ({cluster.num_gpus})")
     if (tp * cp * dp) % ep:
         raise PlacementRejected("ep_not_dividing_ranks", f"EP={ep} does not divide TP·CP·DP={tp * cp * dp}")
-    if ep > tp * cp and rank_order != "tp-cp-dp-pp" and pp > 1:
-        raise PlacementRejected("ep_across_pipeline_stages",
-                                f"EP={ep} spans data-parallel ranks, which rank order {rank_order} interleaves with "
-                                f"pipeline stages: expert groups need DP inside a stage (tp-cp-dp-pp)")
+    if (why := ep_across_stages(tp, cp, pp, ep, rank_order)) is not None:
+        raise PlacementRejected("ep_across_pipeline_stages", why)
     dom = domain_gpus(cluster)
     if tp > dom:
         raise PlacementRejected("tp_crosses_nvlink_domain", f"TP={tp} crosses the {dom}-GPU NVLink domain")

@@ -18,7 +18,6 @@ step time is compared with the measured one. Interpretation rules for rows, stat
 from __future__ import annotations
 
 import json
-import math
 import re
 import statistics
 from dataclasses import dataclass

@@ -19,7 +19,7 @@ import numpy as np
 from .compute import LayerTimes, Shard, layer_times
 from .memory import GIB, RECOMPUTE_CODES, Layouts, memory_per_gpu
 from .model import ParamCount, param_count
-from .placement import Placement, PlacementRejected, place
+from .placement import Placement, PlacementRejected, ep_across_stages, place
 from .spec import RANK_ORDERS, RECOMPUTE, PlanSpec
 from .steptime import group_columns, step_times
 
@@ -228,16 +228,14 @@ def _orders_held(tp: int, pp: int, cp: int, eps: list, orders: list, ep: np.ndar
     """Per row, up to two rank orders that can hold it (-1: none). Expert groups wider than a TP·CP block fold over
     data-parallel ranks, which must sit inside a pipeline stage (placement.py), so with PP the order that
     interleaves DP with PP cannot hold them: those layouts are rejected here, before memory is costed."""
-    inside = RANK_ORDERS.index("tp-cp-dp-pp")
     held = np.full((len(ep), 2), -1, dtype=np.int64)
     for e in eps:
         rows = ep == e
-        good = [o for o in orders if not (e > tp * cp and pp > 1 and o != inside)]
+        why = {o: ep_across_stages(tp, cp, pp, e, RANK_ORDERS[o]) for o in orders}
+        good = [o for o in orders if why[o] is None]
         if len(good) < len(orders) and rows.any():
-            rejected.add("ep_across_pipeline_stages",
-                         f"EP={e} spans data-parallel ranks, which rank order tp-cp-pp-dp interleaves with pipeline "
-                         f"stages: expert groups need DP inside a stage (tp-cp-dp-pp)",
-                         (len(orders) - len(good)) * int(rows.sum()))
+            message = next(w for w in why.values() if w is not None)
+            rejected.add("ep_across_pipeline_stages", message, (len(orders) - len(good)) * int(rows.sum()))
         for slot, o in enumerate(good[:2]):
             held[rows, slot] = o
     return held
