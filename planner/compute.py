@@ -146,7 +146,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
     # saved (set_checkpoint_early_stop, on by default since PyTorch 2.1): the MLP's output projection, whose output
     # the backward never reads, and the residual add after it (3h of the layer's element-wise bytes) are skipped.
     full = fwd
-    if training.recompute_early_stop:
+    if training.checkpoint_impl == "pytorch":
         full = fwd - down_f - 3.0 * h * t / np.where(shard.sp, tp, 1) * 2.0 / hbm_bytes_per_s(gpu)
     logits_f, logits_b = gemm_fwd_bwd(t, m.vocab / tp, h, gpu, fp8)
     # Vocab-parallel cross-entropy in fp32 (Megatron): ~3 passes over the logits forward (max, exp-sum, loss),

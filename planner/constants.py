@@ -114,7 +114,9 @@ COMM_INTERFERENCE = 0.3
 # ZeRO-2 per-micro-batch reductions, refit on both reference files (issue 8).
 # 2.1: no per-FSDP-unit host time; Triton flash attention, FSDP-style ZeRO-2, bf16 gradient reduction, early-stop
 # and partial recomputation, FP8 sequence-parallel gathers; refit.
-ENGINE_VERSION = "2.1"
+# 2.2: expert parallelism folded over TP·CP·DP, FP8 short-K penalty, TP overlap per adjacent GEMM, FP8 recipes'
+# rescale costs, checkpoint_impl (PyTorch's selective policy gathers the SP inputs again).
+ENGINE_VERSION = "2.2"
 
 
 def as_dict() -> dict[str, float]:

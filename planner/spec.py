@@ -28,6 +28,7 @@ EP_DISPATCH = ("all_to_all", "dedup")
 FP8_RECIPES = ("tensorwise", "rowwise", "blockwise")
 ZERO_GRANULARITIES = ("bucket", "layer")
 GRAD_REDUCE_DTYPES = ("fp32", "bf16")
+CHECKPOINT_IMPLS = ("megatron", "pytorch")
 # Rank orders, innermost first. TP is always innermost (it must stay inside an NVLink domain); the two orders
 # that matter differ in whether DP or PP gets the nearer GPUs (the same leaf switch or rail group).
 RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
@@ -111,10 +112,12 @@ TRAINING_FIELDS = (
                "torchtitan, FSDP mixed precision with an fp32 reduce) or bf16 (Megatron --grad-reduce-in-bf16, FSDP "
                "reduce_dtype=bfloat16): half the reduction traffic and gradient memory. fp16 training keeps fp16 "
                "gradients either way."),
-    Field("recompute_early_stop", bool, False,
-          help="Full recomputation stops once the last tensor the backward needs is rebuilt (PyTorch's "
-               "non-reentrant torch.utils.checkpoint: FSDP, torchtitan, Hugging Face), skipping the MLP's output "
-               "projection; off = the whole layer's forward runs again (Megatron)."),
+    Field("checkpoint_impl", str, "megatron", choices=CHECKPOINT_IMPLS,
+          help="How recomputation runs: megatron (the whole layer's forward again; selective recomputation keeps "
+               "the collectives' outputs) or pytorch (non-reentrant torch.utils.checkpoint, as FSDP and torchtitan "
+               "use it: full recomputation stops once the last tensor the backward needs is rebuilt, skipping the "
+               "MLP's output projection; selective is the per-operator policy, which gathers the sequence-parallel "
+               "inputs again)."),
     Field("elementwise", str, "fused", choices=ELEMENTWISE_MODES,
           help="How norms, rotary embedding and activations run: fused kernels (Megatron, Transformer Engine, "
                "torch.compile) or eager PyTorch, one kernel per operation in fp32."),
@@ -266,7 +269,7 @@ class TrainingSpec:
     fp8_recipe: str = "tensorwise"
     cp_load_balance: bool = True
     zero_granularity: str = "bucket"
-    recompute_early_stop: bool = False
+    checkpoint_impl: str = "megatron"
     grad_reduce_dtype: str = "fp32"
 
 
@@ -487,6 +490,19 @@ def _hardware(data: Any, path: str, spec_fields: tuple[Field, ...], table: Mappi
     return _section(data, path, spec_fields, errs)
 
 
+def _upgrade_training(data: Any) -> Any:
+    """Specs saved before engine 2.2 said `recompute_early_stop` (a bool) for what `checkpoint_impl` names now;
+    read them as they were meant, so a saved plan still opens and re-runs."""
+    if not isinstance(data, Mapping) or "recompute_early_stop" not in data or "checkpoint_impl" in data:
+        return data
+    old = {k: v for k, v in data.items() if k != "recompute_early_stop"}
+    flag = data["recompute_early_stop"]
+    if isinstance(flag, bool):
+        old["checkpoint_impl"] = "pytorch" if flag else "megatron"
+        return old
+    return data  # not a bool: reported as an unknown field, as any other
+
+
 def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = None) -> PlanSpec:
     """Validate a spec document (already JSON-decoded) and return it as frozen dataclasses.
 
@@ -501,7 +517,7 @@ def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = 
         if key not in ("model", "training", "cluster", "layout"):
             errs.add(_key_name(key), "unknown section (known: model, training, cluster, layout)")
     model = _section(data.get("model"), "model", MODEL_FIELDS, errs)
-    training = _section(data.get("training"), "training", TRAINING_FIELDS, errs)
+    training = _section(_upgrade_training(data.get("training")), "training", TRAINING_FIELDS, errs)
     layout = _section(data.get("layout") or {}, "layout", LAYOUT_FIELDS, errs)
     cluster_data = data.get("cluster")
     gpu = node = fabric = None

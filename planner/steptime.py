@@ -173,6 +173,11 @@ def _tp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
     nbytes = tokens * spec.model.hidden * ACT_BYTES
     calls = (4.0 + 2.0 * lay.full_share) * n * micro
     plain, split = np.where(lay.sp, 0.0, calls), np.where(lay.sp, calls, 0.0)
+    # PyTorch's per-operator selective policy (torchtitan: it saves matmul, attention and reduce-scatter outputs)
+    # gathers the two forward all-gathers' inputs again in the backward, with sequence parallelism.
+    regather = ((lay.recompute == RECOMPUTE_CODES["selective"]) & lay.sp
+                & (spec.training.checkpoint_impl == "pytorch") & (spec.training.attention != "unfused"))
+    gathers = split + np.where(regather, 2.0 * n * micro, 0.0)
     # With FP8 and one scale per tensor the sequence-parallel all-gathers carry the inputs of the next GEMMs
     # already cast, 1 byte each (Transformer Engine gathers the FP8 output of LayerNormLinear, MXFP8 blocks with
     # their scales; torchao's Float8ColwiseParallel casts before the all-gather); reductions stay 16-bit. torchao's
@@ -180,7 +185,7 @@ def _tp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
     fp8_gather = spec.training.precision == "fp8" and spec.training.fp8_recipe != "rowwise"
     colls = [_collective(spec, placement, "tp", "all_reduce", nbytes, plain),
              _collective(spec, placement, "tp", "reduce_scatter", nbytes, split),
-             _collective(spec, placement, "tp", "all_gather", nbytes / 2.0 if fp8_gather else nbytes, split)]
+             _collective(spec, placement, "tp", "all_gather", nbytes / 2.0 if fp8_gather else nbytes, gathers)]
     if spec.training.tp_comm_overlap:
         rs, ag = colls[1], colls[2]
         per_rs, per_ag = (_share(c.time_s, c.calls) for c in (rs, ag))
@@ -189,7 +194,8 @@ def _tp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
         # gradients pair the other way round (a scatter after QKV's and MLP-up's, a gather before the others').
         fwd = _exposed(per_ag, qkv) + _exposed(per_rs, proj) + _exposed(per_ag, up) + _exposed(per_rs, down)
         bwd = _exposed(per_rs, qkv) + _exposed(per_ag, proj) + _exposed(per_rs, up) + _exposed(per_ag, down)
-        hidden = np.where(lay.sp, ((1.0 + lay.full_share) * fwd + bwd) * n * micro, rs.time_s + ag.time_s)
+        again = np.where(regather, _exposed(per_ag, qkv) + _exposed(per_ag, up), 0.0)
+        hidden = np.where(lay.sp, ((1.0 + lay.full_share) * fwd + bwd + again) * n * micro, rs.time_s + ag.time_s)
         for c in (rs, ag):
             c.exposed_s = hidden * _share(c.time_s, rs.time_s + ag.time_s)
     return colls

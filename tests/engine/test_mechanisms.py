@@ -151,7 +151,7 @@ def test_early_stopping_checkpoints_skip_the_mlp_output_projection(catalog):
     shard = Shard(*(np.array([v]) for v in (1, 1, 1, 1, False)))
     spec = lambda **t: parse_spec(llama_8b_fsdp(catalog, 8, **t), catalog)  # noqa: E731
     megatron, pytorch = (layer_times(s.model, s.cluster.gpu, s.training, shard)
-                         for s in (spec(), spec(recompute_early_stop=True)))
+                         for s in (spec(), spec(checkpoint_impl="pytorch")))
     assert megatron.full_fwd[0] == pytest.approx(megatron.fwd[0])
     gpu, t = spec().cluster.gpu, 8192
     down = float(gemm_time(t, 4096, 14336, gpu)) + 3 * 4096 * t * 2 / hbm_bytes_per_s(gpu)
@@ -210,3 +210,31 @@ def test_zero2_reduce_scatters_every_micro_batch_and_zero1_once_a_step(catalog):
         return sum(c["calls_per_step"] for c in comm if c["group"] == "dp" and c["collective"] == "reduce_scatter")
     assert reductions(1) == 1
     assert reductions(2) == 4
+
+
+def test_pytorch_selective_recompute_gathers_the_sequence_parallel_inputs_again(catalog):
+    """torchtitan's per-operator selective policy keeps matmul outputs, not the all-gathered inputs: with SP the
+    backward gathers the two forward all-gathers' inputs again (2 per layer per micro-batch); Megatron's selective
+    recomputation repeats no collective."""
+    doc = llama_8b_fsdp(catalog, 16)
+    doc["layout"] = {"tp": 2, "pp": 1, "cp": 1, "dp": 8, "micro_batch": 1, "sequence_parallel": True,
+                     "recompute": "selective", "zero": 1}
+    plans = {}
+    for impl in ("megatron", "pytorch"):
+        doc["training"]["checkpoint_impl"] = impl
+        plans[impl] = best(doc, catalog)
+    gathers = {k: sum(c["calls_per_step"] for c in p["comm"] if c["group"] == "tp" and c["collective"] == "all_gather")
+               for k, p in plans.items()}
+    # 32 layers; a global batch of 16 over DP 8 at micro-batch 1 is 2 micro-batches per step.
+    micro = 16 // 8
+    assert gathers["pytorch"] - gathers["megatron"] == pytest.approx(2 * 32 * micro)
+    assert plans["pytorch"]["time_s"]["tp_comm"] > plans["megatron"]["time_s"]["tp_comm"]
+    assert plans["pytorch"]["step_time_s"] > plans["megatron"]["step_time_s"]
+
+
+def test_specs_saved_with_recompute_early_stop_still_parse(catalog):
+    doc = llama_8b_fsdp(catalog, 8)
+    doc["training"]["recompute_early_stop"] = True
+    assert parse_spec(doc, catalog).training.checkpoint_impl == "pytorch"
+    doc["training"]["recompute_early_stop"] = False
+    assert parse_spec(doc, catalog).training.checkpoint_impl == "megatron"
