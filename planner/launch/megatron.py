@@ -22,6 +22,7 @@ def megatron(job: Job) -> tuple[str, Emitter]:
     _parallel(job, arg, em)
     _batch_and_memory(job, arg, em)
     _precision(job, arg, em)
+    _mechanisms(job, arg, em)
     lines = [f"# {x}" for x in heading(job, "Megatron-LM arguments", em.lists[0]) if x]
     lines += [f"# not expressed: {n}" for n in em.notes]
     lines += ["MEGATRON_ARGS=("]
@@ -132,3 +133,31 @@ def _precision(job: Job, arg, em: Emitter) -> None:
                 "--attention-backend flash runs a faster kernel than the plan assumed")
     else:
         arg("--attention-backend", attention)
+
+
+def _mechanisms(job: Job, arg, em: Emitter) -> None:
+    """The stack behaviours the plan was costed with (training.*), as Megatron's flags, or a note where Megatron
+    has none."""
+    t = job.spec.training
+    if t.tp_comm_overlap and job.tp > 1 and job.sequence_parallel:
+        arg("--tp-comm-overlap")  # Transformer Engine userbuffers: needs sequence parallelism
+    elif t.tp_comm_overlap and job.tp > 1:
+        em.note("TP communication overlap: Megatron's --tp-comm-overlap needs sequence parallelism, which this "
+                "plan does not use")
+    if t.grad_reduce_dtype == "bf16" and job.dp * job.cp > 1:
+        arg("--grad-reduce-in-bf16")
+    if t.precision == "fp8" and t.fp8_param_gather and job.zero >= 1 and job.dp > 1:
+        arg("--fp8-param-gather")
+    if t.ep_comm_overlap and job.ep > 1:
+        arg("--overlap-moe-expert-parallel-comm")
+    if t.checkpoint_impl == "pytorch" and job.recompute != "none":
+        em.note("checkpoint_impl pytorch (PyTorch's checkpointing stops early; its selective policy gathers the "
+                "sequence-parallel inputs again): Megatron reruns the whole layer, so full recompute costs "
+                "a little more than the plan assumed")
+    if t.elementwise == "eager":
+        em.note("elementwise eager: Megatron fuses norms, activations and rotary embedding, so it runs faster "
+                "than the plan assumed")
+    if job.zero == 2 and t.zero_granularity == "layer":
+        em.note("zero_granularity layer (FSDP's per-layer ZeRO-2): Megatron-FSDP optim_grads is the nearest")
+    if job.cp > 1 and not t.cp_load_balance:
+        em.note("cp_load_balance off: Megatron always balances the causal mask over the CP ranks")

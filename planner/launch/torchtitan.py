@@ -65,6 +65,20 @@ def _training(job: Job, key, em: Emitter) -> None:
             key("quantize.linear.float8", "enable_fsdp_float8_all_gather", True)
     if t.attention != "flash":
         em.note(f"attention kernel {t.attention}: torchtitan runs PyTorch SDPA (flash), faster than the plan assumed")
+    if t.precision != "fp16":
+        key("training", "mixed_precision_reduce", "bfloat16" if t.grad_reduce_dtype == "bf16" else "float32")
+    # torch.compile is what fuses torchtitan's norms, activations and rotary embedding.
+    key("compile", "enable", t.elementwise == "fused")
+    if t.tp_comm_overlap and job.tp > 1:
+        key("parallelism", "enable_async_tensor_parallel", True)  # needs compile.enable
+        if t.elementwise != "fused":
+            em.note("async TP needs torch.compile, which also fuses the element-wise kernels the plan ran eager")
+    if t.checkpoint_impl == "megatron" and job.recompute != "none":
+        em.note("checkpoint_impl megatron: torchtitan checkpoints with torch.utils.checkpoint, which stops early "
+                "(full recompute skips the MLP output projection), slightly faster than the plan assumed")
+    if job.zero == 2 and t.zero_granularity == "bucket":
+        em.note("zero_granularity bucket: FSDP2 shards layer by layer, one collective per layer, not the "
+                "large buckets the plan costed")
 
 
 def _parallelism(job: Job, key, em: Emitter) -> None:

@@ -299,3 +299,32 @@ def test_a_plan_entry_that_does_not_match_the_spec_is_refused():
         launch_config(spec, wrong, "megatron")
     with pytest.raises(ValueError, match="unknown framework"):
         launch_config(spec, entry, "jax")
+
+
+def test_the_costed_stack_behaviours_reach_megatron_and_torchtitan():
+    """training.* mechanisms the plan was costed with become the frameworks' flags, or a note where a framework
+    has none."""
+    training = {"tp_comm_overlap": True, "grad_reduce_dtype": "bf16", "checkpoint_impl": "pytorch",
+                "elementwise": "eager"}
+    spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1, "zero": 1, "sequence_parallel": True,
+                                       "recompute": "full"}, training)
+    megatron = launch_config(spec, entry, "megatron")
+    m = megatron_args(megatron.text)
+    assert "--tp-comm-overlap" in m and "--grad-reduce-in-bf16" in m
+    notes = " ".join(megatron.notes)
+    assert "checkpoint_impl pytorch" in notes and "elementwise eager" in notes
+    titan = launch_config(spec, entry, "torchtitan")
+    toml = tomllib.loads(titan.text)
+    assert toml["parallelism"]["enable_async_tensor_parallel"] is True
+    assert toml["training"]["mixed_precision_reduce"] == "bfloat16" and toml["compile"]["enable"] is False
+    assert "async TP needs torch.compile" in " ".join(titan.notes)
+    # The defaults: no overlap, fp32 reduction, Megatron-style recompute, fused kernels.
+    spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1, "zero": 1, "sequence_parallel": True,
+                                       "recompute": "full"})
+    m = megatron_args(launch_config(spec, entry, "megatron").text)
+    assert "--tp-comm-overlap" not in m and "--grad-reduce-in-bf16" not in m
+    titan = launch_config(spec, entry, "torchtitan")
+    toml = tomllib.loads(titan.text)
+    assert toml["training"]["mixed_precision_reduce"] == "float32" and toml["compile"]["enable"] is True
+    assert "enable_async_tensor_parallel" not in toml["parallelism"]
+    assert "checkpoint_impl megatron" in " ".join(titan.notes)
