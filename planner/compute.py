@@ -136,6 +136,10 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
     eager = training.elementwise == "eager"
     launches = (C.KERNELS_PER_LAYER_EAGER if eager else C.KERNELS_PER_LAYER_FORWARD) * kernel_s(gpu)
     gemm_f = qkv[0] + proj[0] + mlp_f
+    if fp8 and training.fp8_recipe == "rowwise":
+        # The forward GEMMs (fast accumulation) run PyTorch's CUTLASS row-wise kernel, slower than cuBLAS's
+        # tensor-wise one; the backward's run tensor-wise plus the rescale above.
+        gemm_f = gemm_f / C.FP8_ROWWISE_GEMM_RELATIVE
     fwd = gemm_f + attn_f + mem_f + launches
     bwd = qkv[1] + proj[1] + attn_b + mlp_b + mem_b + 2.0 * launches
     # Selective recomputation repeats the attention core when attention is unfused (Korthikanti et al. 2022);
@@ -148,7 +152,10 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
     full = fwd
     if training.checkpoint_impl == "pytorch":
         full = fwd - down_f - 3.0 * h * t / np.where(shard.sp, tp, 1) * 2.0 / hbm_bytes_per_s(gpu)
-    logits_f, logits_b = gemm_fwd_bwd(t, m.vocab / tp, h, gpu, fp8)
+    # The output layer stays in 16 bits under FP8 training: Megatron's output_layer is a plain ColumnParallelLinear
+    # outside Transformer Engine's FP8 autocast, and torchtitan's float8 converter filters the "output" module
+    # (its llama3 job configs: filter_fqns = ["output"]).
+    logits_f, logits_b = gemm_fwd_bwd(t, m.vocab / tp, h, gpu, False)
     # Vocab-parallel cross-entropy in fp32 (Megatron): ~3 passes over the logits forward (max, exp-sum, loss),
     # ~2.5 backward, 4 bytes each.
     loss_bytes = t * m.vocab / tp * 4.0

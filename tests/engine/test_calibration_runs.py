@@ -17,12 +17,12 @@ from .conftest import DATA
 ROWS = load_rows(DATA / "calibration_runs.json")
 # Regression floors (measured figures rounded up): the calibration file, layouts pinned.
 MEDIAN_FLOOR = 0.05
-HELD_OUT_MEDIAN_FLOOR = 0.058
-WORST_FLOOR = 0.32
+HELD_OUT_MEDIAN_FLOOR = 0.062
+WORST_FLOOR = 0.30
 GROUP_MEDIAN_FLOORS = {  # median |error| per group, measured + ~0.5 point
     "F_llmfoundry_benchmarks": 0.047, "F_fms_fsdp_ibm": 0.062, "F_torchtitan_h100_202412": 0.06,
-    "F_torchtitan_perfdoc_2024": 0.042, "F_torchtitan_asynctp_h100_202506": 0.132, "F_torchao_float8_h100": 0.225,
-    "F_pytorch_blog_float8_fsdp2": 0.087, "M_megatron_moe_recipes": 0.075, "M_nemotron4_15b": 0.05,
+    "F_torchtitan_perfdoc_2024": 0.042, "F_torchtitan_asynctp_h100_202506": 0.127, "F_torchao_float8_h100": 0.21,
+    "F_pytorch_blog_float8_fsdp2": 0.09, "M_megatron_moe_recipes": 0.078, "M_nemotron4_15b": 0.05,
     "M_zero_bubble_pp": 0.052,
 }
 
