@@ -131,12 +131,13 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
     mem_b = C.ELEMENTWISE_BACKWARD_FACTOR * mem_f
     if fp8:
         mem_f = mem_f + fp8_weight_cast_bytes(m, shard) / hbm_bytes_per_s(gpu)
-    if fp8 and training.fp8_recipe == "rowwise":
+    rowwise = fp8 and training.fp8_recipe == "rowwise"
+    if rowwise:
         mem_b = mem_b + C.FP8_ROWWISE_RESCALE_BYTES * _gradient_outputs(m, shard) / hbm_bytes_per_s(gpu)
     eager = training.elementwise == "eager"
     launches = (C.KERNELS_PER_LAYER_EAGER if eager else C.KERNELS_PER_LAYER_FORWARD) * kernel_s(gpu)
     gemm_f = qkv[0] + proj[0] + mlp_f
-    if fp8 and training.fp8_recipe == "rowwise":
+    if rowwise:
         # The forward GEMMs (fast accumulation) run PyTorch's CUTLASS row-wise kernel, slower than cuBLAS's
         # tensor-wise one; the backward's run tensor-wise plus the rescale above.
         gemm_f = gemm_f / C.FP8_ROWWISE_GEMM_RELATIVE
