@@ -194,25 +194,43 @@ def _runs(flat: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(new), np.cumsum(new) - 1
 
 
-def _costs(table: OptionTable, flat: np.ndarray, rows: np.ndarray
-           ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
-    """Seconds per call, seconds by fabric and the chosen option of each (size, group), argmin over options."""
+def collective_seconds(table: OptionTable, nbytes: np.ndarray, which: np.ndarray) -> np.ndarray:
+    """Seconds per call of collective_costs alone (what ranking needs), without its split by fabric or the
+    names of the chosen algorithm: the same arithmetic, for less."""
+    flat = np.asarray(nbytes, dtype=float).reshape(-1)
+    rows = np.broadcast_to(which, flat.shape)
+    starts, run = _runs(flat, rows)
+    time_s, _, _ = _times(table, flat[starts], rows[starts])
+    return time_s[run]
+
+
+def _times(table: OptionTable, flat: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Seconds per call of each (size, group), argmin over options; the chosen option and its bandwidth term."""
     with np.errstate(divide="ignore", invalid="ignore"):
         half = table.half[rows]
         fill = np.where(half > 0, half * flat[:, None] / (flat[:, None] + half), 0.0)
     moved = (flat[:, None] + fill) * table.s_per_byte[rows]
     times = np.where(table.usable[rows], table.latency_us[rows] * 1e-6 + moved, np.inf)
-    best = np.argmin(times, axis=1) if times.shape[1] else np.zeros(len(flat), dtype=np.intp)
+    if not times.shape[1]:
+        return np.zeros(len(flat)), np.zeros(len(flat), dtype=np.intp), np.zeros(len(flat))
+    best = np.argmin(times, axis=1)
     pick = np.arange(len(flat)), best
+    time_s = np.where(table.active[rows], times[pick] + LAUNCH_OVERHEAD_US * 1e-6, 0.0)
+    return time_s, best, moved[pick]
+
+
+def _costs(table: OptionTable, flat: np.ndarray, rows: np.ndarray
+           ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+    """Seconds per call, seconds by fabric and the chosen option of each (size, group), argmin over options."""
+    time_s, best, moved = _times(table, flat, rows)
     active = table.active[rows]
     launch = LAUNCH_OVERHEAD_US * 1e-6
     by_fabric = {}
     for fab in table.fabrics_of(rows[active]):
         col = table.columns[fab]
-        t = (col.latency_us[rows, best] * 1e-6 + moved[pick] * col.share[rows, best]
+        t = (col.latency_us[rows, best] * 1e-6 + moved * col.share[rows, best]
              + np.where(table.outer[rows] == fab, launch, 0.0))
         by_fabric[fab] = np.where(active, t, 0.0)
-    time_s = np.where(active, times[pick] + launch if times.shape[1] else 0.0, 0.0)
     return time_s, by_fabric, best
 
 
@@ -268,10 +286,14 @@ class OptionTable:
         return self.names[rows[i]][best[i]]
 
 
-def option_table(op: str, groups: tuple[GroupPlacement, ...], cluster: ClusterSpec) -> OptionTable:
-    """Tabulate `_options` of each group (a group of one GPU gets none)."""
+def option_table(op: str, groups: tuple[GroupPlacement, ...], cluster: ClusterSpec, memo: dict | None = None
+                 ) -> OptionTable:
+    """Tabulate `_options` of each group (a group of one GPU gets none). `memo` keeps them across calls on one
+    cluster, where a group is fixed by its kind, stride and size."""
     _check_op(op)
-    options = [_options(op, g, cluster) if g.size > 1 else [] for g in groups]
+    memo = {} if memo is None else memo
+    options = [memo[key] if (key := (op, g.kind, g.stride, g.size)) in memo
+               else memo.setdefault(key, _options(op, g, cluster) if g.size > 1 else []) for g in groups]
     width = max([len(o) for o in options] + [0])
     fabrics = ("nvlink", cluster.fabric.kind)
     grid = lambda f: np.array([[f(o) for o in opts] + [0.0] * (width - len(opts)) for opts in options],  # noqa: E731

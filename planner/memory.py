@@ -139,10 +139,10 @@ def memory_per_gpu(m: ModelSpec, training: TrainingSpec, pc: ParamCount, lay: La
     # Expert weights are replicated over the expert-data-parallel ranks: a stage's TP·CP·DP ranks / EP.
     dense_shards, expert_shards = lay.dp * lay.cp, np.maximum(1, lay.tp * lay.dp * lay.cp // lay.ep)
 
+    whole, shard = p.dense + p.expert, p.dense / dense_shards + p.expert / expert_shards
+
     def sharded(stage: int, bytes_per_param: float) -> np.ndarray:
-        on = lay.zero >= stage
-        return bytes_per_param * (np.where(on, p.dense / dense_shards, p.dense)
-                                  + np.where(on, p.expert / expert_shards, p.expert))
+        return bytes_per_param * np.where(lay.zero >= stage, shard, whole)
 
     # ZeRO-3 / FSDP keeps no sharded 16-bit copy: the fp32 master (in OPTIMIZER_BYTES) is the parameter, and
     # the 16-bit weights exist only while a layer is gathered (Zhao et al. 2023, PyTorch FSDP, sec. 4: flat

@@ -8,11 +8,11 @@ import numpy as np
 
 from . import accuracy, collectives
 from . import constants as C
-from .compute import Shard, layer_times
+from .compute import LayerTimes, Shard, layer_times
 from .memory import GIB, Layouts, memory_per_gpu
 from .model import ParamCount, hardware_flops_per_step, model_flops_per_step
 from .placement import placement_map
-from .search import Evaluation, label, search
+from .search import Evaluation, label, search, take_times
 from .spec import RANK_ORDERS, RECOMPUTE, PlanSpec
 from .steptime import group_columns, step_times
 
@@ -24,7 +24,12 @@ def plan(spec: PlanSpec, top: int = 10) -> dict[str, Any]:
     started = time.perf_counter()
     ev, rejected, considered, pc = search(spec)
     top = max(0, int(top))
-    plans = [plan_entry(spec, pc, ev, i) for i in range(min(top, len(ev.step)))]
+    shown = np.arange(min(top, len(ev.step)))
+    top_lay = ev.candidates(shown)
+    # One layer_times call for all the plans shown (it is vectorised; per plan it would cost more than the rest).
+    lt = layer_times(spec.model, spec.cluster.gpu, spec.training,
+                     Shard(top_lay.tp, top_lay.cp, top_lay.ep, top_lay.micro_batch, top_lay.sp))
+    plans = [plan_entry(spec, pc, ev, int(i), take_times(lt, np.array([i]))) for i in shown]
     best_map = None
     if plans:
         lay = plans[0]["layout"]
@@ -65,14 +70,13 @@ def layout_dict(lay: Layouts, i: int) -> dict[str, Any]:
             "zero": int(lay.zero[i]), "rank_order": RANK_ORDERS[int(lay.order[i])]}
 
 
-def plan_entry(spec: PlanSpec, pc: ParamCount, ev: Evaluation, i: int) -> dict[str, Any]:
-    """Everything about candidate i, re-costed alone so its per-collective details can be reported."""
-    one = ev.layouts.take(np.array([i]))
+def plan_entry(spec: PlanSpec, pc: ParamCount, ev: Evaluation, i: int, lt: LayerTimes) -> dict[str, Any]:
+    """Everything about candidate i, re-costed alone so its per-collective details can be reported; `lt` are its
+    layer times (compute.layer_times of this one candidate)."""
+    one = ev.candidates(np.array([i]))
     key = (int(one.tp[0]), int(one.cp[0]), int(one.dp[0]), int(one.pp[0]), int(one.ep[0]), int(one.order[0]))
     placement = ev.placements[key]
-    lt = layer_times(spec.model, spec.cluster.gpu, spec.training,
-                     Shard(one.tp, one.cp, one.ep, one.micro_batch, one.sp))
-    st = step_times(spec, pc, one, group_columns([placement], np.zeros(1, dtype=np.intp)), lt)
+    st = step_times(spec, pc, one, group_columns([placement], np.zeros(1, dtype=np.intp), options=ev.options), lt)
     step = float(st.step[0])
     n_gpus, tr = spec.cluster.num_gpus, spec.training
     mem = memory_per_gpu(spec.model, tr, pc, one)
@@ -130,8 +134,10 @@ def chart_candidates(ev: Evaluation) -> list[dict[str, Any]]:
     spare = MAX_CHART_CANDIDATES - len(keep)
     if spare > 0:
         keep |= set(np.linspace(0, n - 1, num=min(n, spare)).astype(int).tolist())
-    return [{"label": label(ev.layouts, i), "step_time_s": _r(ev.step[i]),
-             "memory_gib": _r(ev.memory_total[i] / GIB), "pareto": bool(pareto[i])} for i in sorted(keep)]
+    shown = sorted(keep)
+    lay = ev.candidates(np.array(shown))
+    return [{"label": label(lay, j), "step_time_s": _r(ev.step[i]),
+             "memory_gib": _r(ev.memory_total[i] / GIB), "pareto": bool(pareto[i])} for j, i in enumerate(shown)]
 
 
 def _r(x: float) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -183,6 +183,7 @@ def enumerate_layouts(spec: PlanSpec, rejected: Rejections) -> tuple[Layouts, np
     """Every layout the pins allow, minus the structurally infeasible ones (counted in `rejected`). A layout that
     both rank orders can hold is one row with the first order and `twin` set: memory does not depend on the
     order, so evaluate() costs it once and adds the other order only if it fits."""
+    shapes: list[tuple[int, int, int, int]] = []
     blocks: list[list[np.ndarray]] = []
     twins: list[np.ndarray] = []
     for tp, pp, cp, dp, why in structures(spec):
@@ -190,18 +191,22 @@ def enumerate_layouts(spec: PlanSpec, rejected: Rejections) -> tuple[Layouts, np
             rejected.add(*why)
         else:
             cols, twin = _inner(spec, tp, pp, cp, dp, rejected)
+            shapes.append((tp, pp, dp, cp))
             blocks.append(cols)
             twins.append(twin)
-    cols = [np.concatenate(c) for c in zip(*blocks)] if blocks else [np.zeros(0, dtype=np.int64)] * 11
-    twin = np.concatenate(twins) if twins else np.zeros(0, dtype=bool)
-    return _layouts(cols, spec.layout.recompute_fraction), twin
+    if not blocks:
+        return _layouts([np.zeros(0, dtype=np.int64)] * 11, spec.layout.recompute_fraction), np.zeros(0, dtype=bool)
+    rows = [len(t) for t in twins]
+    fixed = [np.repeat(np.array(c, dtype=np.int64), rows) for c in zip(*shapes)]  # tp, pp, dp, cp of each block
+    cols = fixed + [np.concatenate(c) for c in zip(*blocks)]
+    return _layouts(cols, spec.layout.recompute_fraction), np.concatenate(twins)
 
 
 def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejections
            ) -> tuple[list[np.ndarray], np.ndarray]:
-    """The inner axes' product (itertools.product order) as columns of _layouts, minus those inner_reason rejects,
-    counted as one rejection per layout in product order would count them; each row stands for every rank order
-    the pins allow that can hold it (see enumerate_layouts)."""
+    """The inner axes' product (itertools.product order) as columns of _layouts after tp, pp, dp, cp, minus those
+    inner_reason rejects, counted as one rejection per layout in product order would count them; each row stands
+    for every rank order the pins allow that can hold it (see enumerate_layouts)."""
     pin = spec.layout
     orders = [RANK_ORDERS.index(o) for o in _pinned(list(RANK_ORDERS) if pp > 1 and dp > 1 else [RANK_ORDERS[0]],
                                                      pin.rank_order)]
@@ -215,29 +220,28 @@ def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejecti
     failed, verdict = _inner_verdicts(spec, tp, pp, dp, axes[0], axes[1], axes[2], axes[4])
     verdict = np.broadcast_to(verdict.reshape(shape[0], shape[1], shape[2], 1, shape[4], 1), shape).reshape(-1)
     _count_inner(rejected, verdict, failed, len(orders))
-    pick = np.indices(shape).reshape(len(shape), -1)[:, verdict < 0]
+    accepted = (verdict < 0).reshape(shape[0], -1)
+    held = _orders_held(tp, pp, cp, axes[0], orders, accepted.sum(axis=1), rejected)
+    accepted &= (held[:, 0] >= 0)[:, None]
+    pick = np.unravel_index(np.flatnonzero(accepted), shape)  # the kept rows' index on each axis
     cols = [np.asarray(a, dtype=np.int64)[i] for a, i in zip(axes, pick, strict=True)]
-    held = _orders_held(tp, pp, cp, axes[0], orders, cols[0], rejected)
-    keep = held[:, 0] >= 0
-    fixed = [np.full(int(keep.sum()), v, dtype=np.int64) for v in (tp, pp, dp, cp)]
-    return [*fixed, *(c[keep] for c in cols), held[keep, 0]], held[keep, 1] >= 0
+    return [*cols, held[pick[0], 0]], held[pick[0], 1] >= 0
 
 
-def _orders_held(tp: int, pp: int, cp: int, eps: list, orders: list, ep: np.ndarray, rejected: Rejections
+def _orders_held(tp: int, pp: int, cp: int, eps: list, orders: list, rows: np.ndarray, rejected: Rejections
                  ) -> np.ndarray:
-    """Per row, up to two rank orders that can hold it (-1: none). Expert groups wider than a TP·CP block fold over
-    data-parallel ranks, which must sit inside a pipeline stage (placement.py), so with PP the order that
-    interleaves DP with PP cannot hold them: those layouts are rejected here, before memory is costed."""
-    held = np.full((len(ep), 2), -1, dtype=np.int64)
-    for e in eps:
-        rows = ep == e
+    """Per EP of `eps` (with rows[k] layouts of eps[k]), up to two rank orders that can hold it (-1: none).
+    Expert groups wider than a TP·CP block fold over data-parallel ranks, which must sit inside a pipeline stage
+    (placement.py), so with PP the order that interleaves DP with PP cannot hold them: those layouts are rejected
+    here, before memory is costed."""
+    held = np.full((len(eps), 2), -1, dtype=np.int64)
+    for k, e in enumerate(eps):
         why = {o: ep_across_stages(tp, cp, pp, e, RANK_ORDERS[o]) for o in orders}
         good = [o for o in orders if why[o] is None]
-        if len(good) < len(orders) and rows.any():
+        if len(good) < len(orders) and rows[k]:
             message = next(w for w in why.values() if w is not None)
-            rejected.add("ep_across_pipeline_stages", message, (len(orders) - len(good)) * int(rows.sum()))
-        for slot, o in enumerate(good[:2]):
-            held[rows, slot] = o
+            rejected.add("ep_across_pipeline_stages", message, (len(orders) - len(good)) * int(rows[k]))
+        held[k, :len(good[:2])] = good[:2]
     return held
 
 
@@ -290,12 +294,20 @@ def _layouts(cols: list[np.ndarray], recompute_fraction: float | None = None) ->
 
 @dataclass
 class Evaluation:
-    """Feasible candidates with their costs (arrays aligned with `layouts`)."""
+    """Feasible candidates with their costs (step and memory_total by candidate); once ranked, candidate i is row
+    rank[i] of `layouts` (which stay in costing order: reordering all of them would cost more than the search
+    reads)."""
 
     layouts: Layouts
     step: np.ndarray
     memory_total: np.ndarray
     placements: dict[tuple, Placement]
+    options: dict = field(default_factory=dict)  # the collectives' options of its groups (steptime.group_columns)
+    rank: np.ndarray | None = None
+
+    def candidates(self, index: np.ndarray) -> Layouts:
+        """The layouts of candidates `index`."""
+        return self.layouts.take(index if self.rank is None else self.rank[index])
 
 
 def evaluate(spec: PlanSpec, pc: ParamCount, lay: Layouts, rejected: Rejections,
@@ -315,7 +327,7 @@ def evaluate(spec: PlanSpec, pc: ParamCount, lay: Layouts, rejected: Rejections,
     keep = np.concatenate([np.flatnonzero(fits), both])
     lay, total = lay.take(keep), total[keep]
     lay.order[len(keep) - len(both):] = RANK_ORDERS.index("tp-cp-pp-dp")
-    lt = _layer_times(spec, lay)
+    shard_times, shard_of = _layer_times(spec, lay)
     keys, which = placement_keys(lay)
     counts = np.bincount(which, minlength=len(keys))
     placements: dict[tuple, Placement] = {}
@@ -329,9 +341,11 @@ def evaluate(spec: PlanSpec, pc: ParamCount, lay: Layouts, rejected: Rejections,
     idx = np.flatnonzero(placed[which])
     idx = idx[np.argsort(which[idx], kind="stable")]  # by placement: equal collectives sit together (cheaper)
     compact = np.cumsum(placed) - 1  # key index -> index among the placed keys
-    columns = group_columns(list(placements.values()), compact[which[idx]], detail=False)
+    options: dict = {}
+    columns = group_columns(list(placements.values()), compact[which[idx]], detail=False, options=options)
     lay = lay.take(idx)  # the placed candidates, grouped by placement
-    return Evaluation(lay, step_times(spec, pc, lay, columns, _take(lt, idx)).step, total[idx], placements)
+    lt = take_times(shard_times, shard_of[idx])
+    return Evaluation(lay, step_times(spec, pc, lay, columns, lt).step, total[idx], placements, options)
 
 
 def placement_keys(lay: Layouts) -> tuple[list[tuple], np.ndarray]:
@@ -342,35 +356,51 @@ def placement_keys(lay: Layouts) -> tuple[list[tuple], np.ndarray]:
     return [tuple(int(c[i]) for c in cols) for i in first], which
 
 
-def _layer_times(spec: PlanSpec, lay: Layouts) -> LayerTimes:
-    """compute.layer_times of every candidate; they depend on its shard alone (TP, CP, EP, micro-batch, SP),
-    so each distinct shard is costed once."""
+def _layer_times(spec: PlanSpec, lay: Layouts) -> tuple[LayerTimes, np.ndarray]:
+    """compute.layer_times of every distinct shard (TP, CP, EP, micro-batch, SP) of the candidates, on which
+    alone they depend, and each candidate's index into them."""
     first, which = _distinct([lay.tp, lay.cp, lay.ep, lay.micro_batch, lay.sp.astype(np.int64)])
     one = lay.take(first)
-    lt = layer_times(spec.model, spec.cluster.gpu, spec.training,
-                     Shard(one.tp, one.cp, one.ep, one.micro_batch, one.sp))
-    return _take(lt, which)
+    return layer_times(spec.model, spec.cluster.gpu, spec.training,
+                       Shard(one.tp, one.cp, one.ep, one.micro_batch, one.sp)), which
 
 
 def _distinct(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The first row of each distinct combination of integer columns, in lexicographic order, and each row's
-    index into them: one mixed-radix code per row, so one sort of integers."""
+    """A row of each distinct combination of integer columns, in lexicographic order, and each row's index into
+    them: one mixed-radix code per row, counted (few possible codes) or sorted."""
     if not len(cols[0]):
         return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
-    spans = [int(c.max() - c.min()) + 1 for c in cols]
-    if math.prod(spans) < 2**62:
-        digits = [c - c.min() for c in cols]
-    else:  # sparse values: number the distinct ones of each column first
-        digits = [np.unique(c, return_inverse=True)[1].reshape(-1) for c in cols]
-        spans = [int(d.max()) + 1 for d in digits]
+    digits, spans = zip(*(_dense(c) for c in cols))
+    if math.prod(spans) >= 2**62:  # too many combinations for one integer code
+        _, first, which = np.unique(np.stack(digits, axis=1), axis=0, return_index=True, return_inverse=True)
+        return first, which.reshape(-1)
     code = np.zeros(len(cols[0]), dtype=np.int64)
     for d, span in zip(digits, spans, strict=True):
         code = code * span + d
-    _, first, which = np.unique(code, return_index=True, return_inverse=True)
-    return first, which.reshape(-1)
+    codes = math.prod(spans)
+    if codes > 4 * len(code) + 4096:
+        _, first, which = np.unique(code, return_index=True, return_inverse=True)
+        return first, which.reshape(-1)
+    # Few possible codes (the usual case): count them instead of sorting.
+    present = np.bincount(code, minlength=codes) > 0
+    which = (np.cumsum(present) - 1)[code]
+    first = np.empty(int(present.sum()), dtype=np.intp)
+    first[which] = np.arange(len(code))  # one row of each (which one is immaterial: they agree on every column)
+    return first, which
 
 
-def _take(lt: LayerTimes, idx: np.ndarray) -> LayerTimes:
+def _dense(col: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's rank among the column's distinct values, and how many there are."""
+    low, span = int(col.min()), int(col.max() - col.min()) + 1
+    if span > 4 * len(col) + 4096:  # sparse values: sort
+        values, rank = np.unique(col, return_inverse=True)
+        return rank.reshape(-1), len(values)
+    shifted = col - low if low else col
+    present = np.bincount(shifted, minlength=span) > 0
+    return (np.cumsum(present) - 1)[shifted], int(present.sum())
+
+
+def take_times(lt: LayerTimes, idx: np.ndarray) -> LayerTimes:
     return LayerTimes(**{k: tuple(g[idx] for g in v) if isinstance(v, tuple) else v[idx]
                          for k, v in lt.__dict__.items()})
 
@@ -399,7 +429,7 @@ def search(spec: PlanSpec) -> tuple[Evaluation, Rejections, int, ParamCount]:
     considered = len(lay) + int(twin.sum()) + sum(rejected.counts.values())
     ev = evaluate(spec, pc, lay, rejected, twin)
     rank = _rank(ev.step, ev.memory_total)
-    ev = Evaluation(ev.layouts.take(rank), ev.step[rank], ev.memory_total[rank], ev.placements)
+    ev = Evaluation(ev.layouts, ev.step[rank], ev.memory_total[rank], ev.placements, ev.options, rank)
     return ev, rejected, considered, pc
 
 

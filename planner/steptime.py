@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from . import constants as C
-from .collectives import OptionTable, collective_costs, option_table
+from .collectives import OptionTable, collective_costs, collective_seconds, option_table
 from .compute import LayerTimes, optimizer_time
 from .memory import RECOMPUTE_CODES, Layouts, grad_bytes, params_on_gpu, stage_layers
 from .model import ParamCount, kv_dim
@@ -61,25 +62,33 @@ class GroupColumn:
     index: np.ndarray
     tables: dict[str, OptionTable] = field(default_factory=dict)
     detail: bool = True  # split each collective's time by fabric (the answer's report needs it; ranking does not)
+    options: dict | None = None  # collectives.option_table's memo, shared by the columns of one search
+
+    @cached_property
+    def multi(self) -> np.ndarray | None:
+        """Per candidate, whether its group has more than one member (None: all have)."""
+        sizes = np.array([g.size for g in self.groups])
+        return None if (sizes > 1).all() else (sizes > 1)[self.index]
 
     def table(self, op: str, cluster: ClusterSpec) -> OptionTable:
         if op not in self.tables:
-            self.tables[op] = option_table(op, self.groups, cluster)
+            self.tables[op] = option_table(op, self.groups, cluster, self.options)
         return self.tables[op]
 
 
-def group_columns(placements: Sequence[Placement], which: np.ndarray, detail: bool = True
-                  ) -> dict[str, GroupColumn]:
+def group_columns(placements: Sequence[Placement], which: np.ndarray, detail: bool = True,
+                  options: dict | None = None) -> dict[str, GroupColumn]:
     """Per kind, the distinct groups of `placements` and each candidate's (candidate i runs on
     placements[which[i]]). On one cluster a group is fixed by its kind, stride and size (placement._shape).
-    Without `detail` the collectives' times are not split by fabric (the search ranks on totals alone)."""
+    Without `detail` the collectives' times are not split by fabric (the search ranks on totals alone).
+    `options` memoises each group's collective options across calls on the same cluster."""
     out = {}
     for kind in KINDS:
         rows: dict[tuple[int, int], tuple[int, GroupPlacement]] = {}
         index = [rows.setdefault((p.groups[kind].stride, p.groups[kind].size), (len(rows), p.groups[kind]))[0]
                  for p in placements]
         out[kind] = GroupColumn(tuple(g for _, g in rows.values()), np.array(index, dtype=np.intp)[which],
-                                detail=detail)
+                                detail=detail, options=options)
     return out
 
 
@@ -135,21 +144,25 @@ def _collective(spec: PlanSpec, placement: dict[str, GroupColumn], group: str, o
     col = placement[over or group]
     nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), col.index.shape)
     table = col.table(op, spec.cluster) if np.any(calls) else None
-    if table is not None and not table.active.all():
-        calls = np.where(table.active[col.index], calls, 0.0)
+    if table is not None and col.multi is not None:  # a group of one GPU makes no call
+        calls = np.where(col.multi, calls, 0.0)
     busy = np.flatnonzero(calls > 0) if table is not None else np.zeros(0, dtype=np.intp)
     if not busy.size:  # nobody makes this call (the ZeRO-3 collectives of ZeRO-1 candidates, CP stages of CP 1)
         zero = np.zeros(len(col.index))
         return Collective(group, op, nbytes, zero, zero, zero, {}, "none", over)
     everyone = busy.size == len(col.index)
     made = calls if everyone else calls[busy]
-    cost = collective_costs(table, nbytes if everyone else nbytes[busy], col.index if everyone else col.index[busy])
-    total = _spread(cost.time_s * made, busy, len(col.index))
-    by_fabric = {fab: _spread(t * made, busy, len(col.index)) for fab, t in cost.by_fabric.items()} if col.detail \
-        else {}
+    size, which = (nbytes, col.index) if everyone else (nbytes[busy], col.index[busy])
+    if col.detail:
+        cost = collective_costs(table, size, which)
+        seconds, algorithm = cost.time_s, cost.algorithm
+        by_fabric = {fab: _spread(t * made, busy, len(col.index)) for fab, t in cost.by_fabric.items()}
+    else:  # ranking: totals alone
+        seconds, algorithm, by_fabric = collective_seconds(table, size, which), "", {}
+    total = _spread(seconds * made, busy, len(col.index))
     # exposed_s starts as the whole time; callers replace it (never write into it), so it may share the array.
     calls = np.broadcast_to(calls, col.index.shape)
-    return Collective(group, op, nbytes, calls, total, total, by_fabric, cost.algorithm, over)
+    return Collective(group, op, nbytes, calls, total, total, by_fabric, algorithm, over)
 
 
 def _spread(values: np.ndarray, where: np.ndarray, n: int) -> np.ndarray:
@@ -299,12 +312,18 @@ def _dp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], pa
     rs_window = overlap * bwd * np.where(z == 2, micro, 1.0)
     exposed = {"ar": _exposed(t_ar, overlap * bwd), "rs": _exposed(t_rs, rs_window),
                "ag": _exposed(t_ag, overlap * fwd)}
-    calls = np.maximum(layer, 1.0)
-    layer_rs, layer_ag = _layer_exposed(t_rs / calls, t_ag / (gathers * calls), z == 3, fwd / n, bwd / n, n,
-                                        micro, overlap)
-    exposed["rs"] = np.where(per_layer, layer_rs, exposed["rs"])
-    exposed["ag"] = np.where(per_layer, layer_ag, exposed["ag"])
+    pl = np.flatnonzero(per_layer)  # the per-layer candidates' exposure replaces the bucketed one
+    if pl.size:
+        calls = layer[pl]
+        exposed["rs"][pl], exposed["ag"][pl] = _layer_exposed(
+            t_rs[pl] / calls, t_ag[pl] / (gathers[pl] * calls), z[pl] == 3, fwd[pl] / n[pl], bwd[pl] / n[pl], n[pl],
+            micro[pl], overlap)
     for key, phase, total in (("ar", ar, t_ar), ("rs", rs, t_rs), ("ag", ag, t_ag)):
+        if not placement["dp"].detail:  # ranking needs the phase's sum alone: its first stage carries it
+            phase[0].exposed_s = exposed[key]
+            for c in phase[1:]:
+                c.exposed_s = np.zeros(len(lay))
+            continue
         for c in phase:  # spread a phase's exposure over its stages in proportion to their time
             c.exposed_s = exposed[key] * _share(c.time_s, total)
     return ar + rs + ag
