@@ -207,7 +207,11 @@ def _tp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
         # gradients pair the other way round (a scatter after QKV's and MLP-up's, a gather before the others').
         fwd = _exposed(per_ag, qkv) + _exposed(per_rs, proj) + _exposed(per_ag, up) + _exposed(per_rs, down)
         bwd = _exposed(per_rs, qkv) + _exposed(per_ag, proj) + _exposed(per_rs, up) + _exposed(per_ag, down)
-        again = np.where(regather, _exposed(per_ag, qkv) + _exposed(per_ag, up), 0.0)
+        # The backward's re-gathers feed only the weight-gradient GEMMs, which contract over the gathered tokens:
+        # decomposition splits a GEMM along the rows of its left operand only (PyTorch's micro-pipeline pass
+        # fuses an all-gather with the matmuls that take it as the left operand; "decomposing the matmul on the K
+        # dimension is not supported", torch/_inductor/fx_passes/micro_pipeline_tp.py), so they stay exposed.
+        again = np.where(regather, 2.0 * per_ag, 0.0)
         hidden = np.where(lay.sp, ((1.0 + lay.full_share) * fwd + bwd + again) * n * micro, rs.time_s + ag.time_s)
         for c in (rs, ag):
             c.exposed_s = hidden * _share(c.time_s, rs.time_s + ag.time_s)

@@ -232,6 +232,25 @@ def test_pytorch_selective_recompute_gathers_the_sequence_parallel_inputs_again(
     assert plans["pytorch"]["step_time_s"] > plans["megatron"]["step_time_s"]
 
 
+def test_tp_overlap_cannot_hide_the_backward_re_gathers(catalog):
+    """Async TP decomposes a GEMM along the rows of the operand gathered before it; the backward's re-gathers feed
+    only weight-gradient GEMMs, which contract over the gathered tokens, so each stays exposed whole: with
+    overlap, PyTorch's checkpointing adds exactly those gathers' time to the exposed TP communication."""
+    doc = llama_8b_fsdp(catalog, 16)
+    doc["layout"] = {"tp": 2, "pp": 1, "cp": 1, "dp": 8, "micro_batch": 1, "sequence_parallel": True,
+                     "recompute": "selective", "zero": 1}
+    doc["training"]["tp_comm_overlap"] = True
+    exposed, per_gather = {}, {}
+    for impl in ("megatron", "pytorch"):
+        doc["training"]["checkpoint_impl"] = impl
+        p = best(doc, catalog)
+        ag = next(c for c in p["comm"] if c["group"] == "tp" and c["collective"] == "all_gather")
+        exposed[impl], per_gather[impl] = p["time_s"]["tp_comm"], ag["time_s"] / ag["calls_per_step"]
+    assert per_gather["pytorch"] == pytest.approx(per_gather["megatron"], rel=1e-4)
+    regathers = 2 * 32 * (16 // 8)  # two per layer per micro-batch, 32 layers, 2 micro-batches
+    assert exposed["pytorch"] - exposed["megatron"] == pytest.approx(regathers * per_gather["pytorch"], rel=1e-3)
+
+
 def test_specs_saved_with_recompute_early_stop_still_parse(catalog):
     doc = llama_8b_fsdp(catalog, 8)
     doc["training"]["recompute_early_stop"] = True
