@@ -138,7 +138,12 @@ def _layout_doc(row: dict[str, Any], model: dict[str, Any], catalog: Catalog) ->
     layout["recompute"] = rt.recompute_mode(row)
     if rt.block_level(row) and (share := _block_share(row, model, catalog)) is not None:
         layout["recompute"], layout["recompute_fraction"] = "full", round(share, 4)
-    layout["sequence_parallel"] = bool(row.get("sequence_parallel")) and (layout["tp"] or 1) > 1
+    # PyTorch-native tensor parallelism (DTensor, torchtitan's apply_tp) always shards the norms along the
+    # sequence (SequenceParallel on attention_norm, ffn_norm and norm: torchtitan parallelize_llama.py @9dec370),
+    # so a native row that does not say is sequence-parallel; elsewhere only a row that says so is.
+    stated = row.get("sequence_parallel")
+    sp = bool(stated) if stated is not None else rt.native_stack(row)
+    layout["sequence_parallel"] = sp and (layout["tp"] or 1) > 1
     layout["zero"] = rt.zero_stage(row.get("optimizer_sharding"))
     layout["cp"] = layout["cp"] or 1
     layout["ep"] = layout["ep"] or 1
