@@ -116,10 +116,15 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
     tp, t = shard.tp, shard.tokens(m)
     h, kvd = m.hidden, kv_dim(m)
     up = 2 if m.gated_mlp else 1
-    qkv = gemm_fwd_bwd(t, (h + 2 * kvd) / tp, h, gpu, fp8)
+    separate = training.projections == "separate"
+    if separate:  # wq, wk, wv: three GEMMs over the same input
+        q, k = gemm_fwd_bwd(t, h / tp, h, gpu, fp8), gemm_fwd_bwd(t, kvd / tp, h, gpu, fp8)
+        qkv = (q[0] + 2.0 * k[0], q[1] + 2.0 * k[1])
+    else:
+        qkv = gemm_fwd_bwd(t, (h + 2 * kvd) / tp, h, gpu, fp8)
     proj = gemm_fwd_bwd(t, h, h / tp, gpu, fp8)
     attn_f, attn_b = attention_times(m, gpu, training, shard)
-    dense_f, dense_b, dense_down = _mlp_times(t, m.ffn_hidden / tp, h, up, gpu, fp8)
+    dense_f, dense_b, dense_down = _mlp_times(t, m.ffn_hidden / tp, h, up, gpu, fp8, separate)
     mlp_f, mlp_b, down_f = dense_f, dense_b, dense_down
     if m.is_moe:
         moe_f, moe_b, moe_down = _moe_mlp_times(m, gpu, fp8, shard)
@@ -168,11 +173,15 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
                       np.broadcast_to(full, shape).copy(), gemms)
 
 
-def _mlp_times(t: np.ndarray, width: np.ndarray, h: int, up: int, gpu: GPUSpec, fp8: bool
+def _mlp_times(t: np.ndarray, width: np.ndarray, h: int, up: int, gpu: GPUSpec, fp8: bool, separate: bool = False
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A (TP-split) MLP: up (gate and up fused when gated) then down. Returns forward, backward and the down
-    projection's forward."""
-    f_up = gemm_fwd_bwd(t, up * width, h, gpu, fp8)
+    """A (TP-split) MLP: up (gate and up one GEMM when gated, unless `separate`) then down. Returns forward,
+    backward and the down projection's forward."""
+    if separate:
+        one = gemm_fwd_bwd(t, width, h, gpu, fp8)
+        f_up = (up * one[0], up * one[1])
+    else:
+        f_up = gemm_fwd_bwd(t, up * width, h, gpu, fp8)
     f_down = gemm_fwd_bwd(t, h, width, gpu, fp8)
     return f_up[0] + f_down[0], f_up[1] + f_down[1], f_down[0]
 

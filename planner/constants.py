@@ -121,7 +121,8 @@ COMM_INTERFERENCE = 0.3
 # 2.2: expert parallelism folded over TP·CP·DP, FP8 short-K penalty, TP overlap per adjacent GEMM, FP8 recipes'
 # rescale costs, checkpoint_impl (PyTorch's selective policy gathers the SP inputs again).
 # Also 2.2: the output layer in 16 bits under FP8; row-wise FP8 forward GEMMs at FP8_ROWWISE_GEMM_RELATIVE.
-ENGINE_VERSION = "2.2"
+# 2.3: training.projections (separate Q/K/V and gate/up GEMMs); async TP leaves the backward's re-gathers exposed.
+ENGINE_VERSION = "2.3"
 
 
 def as_dict() -> dict[str, float]:

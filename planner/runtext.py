@@ -160,6 +160,13 @@ def elementwise(row: dict[str, Any]) -> str:
     return "fused" if COMPILE_ON.search(text) else "eager"
 
 
+def projections(row: dict[str, Any]) -> str:
+    """Separate Q/K/V and gate/up GEMMs for torchtitan-based runs (its Llama has wq, wk, wv and w1, w3: torchtitan
+    models/llama/model.py); fused for the others (Megatron-Core linear_qkv and linear_fc1, MPT's Wqkv)."""
+    return "separate" if "torchtitan" in text_of(row, "id", "group", "precision", "notes", "model", "source") \
+        else "fused"
+
+
 def native_stack(row: dict[str, Any]) -> bool:
     """A PyTorch-native training stack (FSDP, torchtitan, llm-foundry, fms-fsdp, torchao; or a group named F_), as
     opposed to Megatron-style stacks with their own fused kernels and checkpointing."""

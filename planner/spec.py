@@ -29,6 +29,7 @@ FP8_RECIPES = ("tensorwise", "rowwise", "blockwise")
 ZERO_GRANULARITIES = ("bucket", "layer")
 GRAD_REDUCE_DTYPES = ("fp32", "bf16")
 CHECKPOINT_IMPLS = ("megatron", "pytorch")
+PROJECTIONS = ("fused", "separate")
 # Rank orders, innermost first. TP is always innermost (it must stay inside an NVLink domain); the two orders
 # that matter differ in whether DP or PP gets the nearer GPUs (the same leaf switch or rail group).
 RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
@@ -118,6 +119,10 @@ TRAINING_FIELDS = (
                "use it: full recomputation stops once the last tensor the backward needs is rebuilt, skipping the "
                "MLP's output projection; selective is the per-operator policy, which gathers the sequence-parallel "
                "inputs again)."),
+    Field("projections", str, "fused", choices=PROJECTIONS,
+          help="How a layer's input projections run: fused (one GEMM for Q, K and V and one for the MLP's gate and "
+               "up: Megatron-Core linear_qkv and linear_fc1, MPT's Wqkv) or separate (a GEMM each: torchtitan's wq, "
+               "wk, wv and w1, w3, Hugging Face Llama), whose narrow K and V GEMMs run further from peak."),
     Field("elementwise", str, "fused", choices=ELEMENTWISE_MODES,
           help="How norms, rotary embedding and activations run: fused kernels (Megatron, Transformer Engine, "
                "torch.compile) or eager PyTorch, one kernel per operation in fp32."),
@@ -271,6 +276,7 @@ class TrainingSpec:
     zero_granularity: str = "bucket"
     checkpoint_impl: str = "megatron"
     grad_reduce_dtype: str = "fp32"
+    projections: str = "fused"
 
 
 @dataclass(frozen=True)

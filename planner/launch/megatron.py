@@ -157,6 +157,9 @@ def _mechanisms(job: Job, arg, em: Emitter) -> None:
     if t.elementwise == "eager":
         em.note("elementwise eager: Megatron fuses norms, activations and rotary embedding, so it runs faster "
                 "than the plan assumed")
+    if t.projections == "separate":
+        em.note("projections separate: Megatron-Core runs Q, K, V as one GEMM and gate+up as one, so the "
+                "projections run faster than the plan assumed")
     if job.zero == 2 and t.zero_granularity == "layer":
         em.note("zero_granularity layer (FSDP's per-layer ZeRO-2): Megatron-FSDP optim_grads is the nearest")
     if job.cp > 1 and not t.cp_load_balance:

@@ -76,6 +76,9 @@ def _training(job: Job, key, em: Emitter) -> None:
     if t.checkpoint_impl == "megatron" and job.recompute != "none":
         em.note("checkpoint_impl megatron: torchtitan checkpoints with torch.utils.checkpoint, which stops early "
                 "(full recompute skips the MLP output projection), slightly faster than the plan assumed")
+    if t.projections == "fused":
+        em.note("projections fused: torchtitan's Llama runs wq, wk, wv and w1, w3 as separate GEMMs, slower than "
+                "the plan assumed (narrow K and V GEMMs)")
     if job.zero == 2 and t.zero_granularity == "bucket":
         em.note("zero_granularity bucket: FSDP2 shards layer by layer, one collective per layer, not the "
                 "large buckets the plan costed")

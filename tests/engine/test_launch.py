@@ -305,19 +305,20 @@ def test_the_costed_stack_behaviours_reach_megatron_and_torchtitan():
     """training.* mechanisms the plan was costed with become the frameworks' flags, or a note where a framework
     has none."""
     training = {"tp_comm_overlap": True, "grad_reduce_dtype": "bf16", "checkpoint_impl": "pytorch",
-                "elementwise": "eager"}
+                "elementwise": "eager", "projections": "separate"}
     spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1, "zero": 1, "sequence_parallel": True,
                                        "recompute": "full"}, training)
     megatron = launch_config(spec, entry, "megatron")
     m = megatron_args(megatron.text)
     assert "--tp-comm-overlap" in m and "--grad-reduce-in-bf16" in m
     notes = " ".join(megatron.notes)
-    assert "checkpoint_impl pytorch" in notes and "elementwise eager" in notes
+    assert "checkpoint_impl pytorch" in notes and "elementwise eager" in notes and "projections separate" in notes
     titan = launch_config(spec, entry, "torchtitan")
     toml = tomllib.loads(titan.text)
     assert toml["parallelism"]["enable_async_tensor_parallel"] is True
     assert toml["training"]["mixed_precision_reduce"] == "bfloat16" and toml["compile"]["enable"] is False
     assert "async TP needs torch.compile" in " ".join(titan.notes)
+    assert "projections" not in " ".join(titan.notes)  # torchtitan's own, separate
     # The defaults: no overlap, fp32 reduction, Megatron-style recompute, fused kernels.
     spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1, "zero": 1, "sequence_parallel": True,
                                        "recompute": "full"})
@@ -328,3 +329,4 @@ def test_the_costed_stack_behaviours_reach_megatron_and_torchtitan():
     assert toml["training"]["mixed_precision_reduce"] == "float32" and toml["compile"]["enable"] is True
     assert "enable_async_tensor_parallel" not in toml["parallelism"]
     assert "checkpoint_impl megatron" in " ".join(titan.notes)
+    assert "projections fused" in " ".join(titan.notes)

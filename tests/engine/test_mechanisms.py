@@ -251,6 +251,30 @@ def test_tp_overlap_cannot_hide_the_backward_re_gathers(catalog):
     assert exposed["pytorch"] - exposed["megatron"] == pytest.approx(regathers * per_gather["pytorch"], rel=1e-3)
 
 
+def test_separate_projections_run_each_gemm_on_its_own(catalog):
+    """torchtitan's wq, wk, wv and w1, w3 are separate GEMMs: the layer's forward is the fused one's with the QKV
+    and gate+up GEMMs replaced by their parts, and with grouped-query attention at TP 8 the narrow K and V GEMMs
+    (N = 1024 / 8) make it slower."""
+    import numpy as np
+
+    from planner.compute import Shard, gemm_fwd_bwd, layer_times
+    doc = llama_8b_fsdp(catalog, 64)
+    spec = {}
+    for how in ("fused", "separate"):
+        doc["training"]["projections"] = how
+        spec[how] = parse_spec(doc, catalog)
+    m, gpu = spec["fused"].model, spec["fused"].cluster.gpu
+    shard = Shard(np.array([8]), np.array([1]), np.array([1]), np.array([1]), np.array([True]))
+    t, h, kvd, f = 8192, 4096, 1024, 14336
+    fused, separate = (layer_times(m, gpu, spec[how].training, shard) for how in ("fused", "separate"))
+    gemm = lambda n, k: gemm_fwd_bwd(t, n, k, gpu, False)[0]  # noqa: E731
+    parts = gemm(h / 8, h) + 2 * gemm(kvd / 8, h) + 2 * gemm(f / 8, h)
+    whole = gemm((h + 2 * kvd) / 8, h) + gemm(2 * f / 8, h)
+    assert float(separate.fwd[0] - fused.fwd[0]) == pytest.approx(float(parts - whole), rel=1e-9)
+    assert separate.fwd[0] > fused.fwd[0] and separate.bwd[0] > fused.bwd[0]
+    assert spec["separate"].training.projections == "separate" and spec["fused"].training.projections == "fused"
+
+
 def test_specs_saved_with_recompute_early_stop_still_parse(catalog):
     doc = llama_8b_fsdp(catalog, 8)
     doc["training"]["recompute_early_stop"] = True

@@ -147,16 +147,17 @@ def test_a_plan_whose_message_a_redis_restart_lost_is_sent_again(seeded, redis, 
     assert plan.attempts == 1
 
 
-# A DeepSeek-V3-shaped MoE (the example, on 262,144 H800s with a global batch of 1,048,576): the longest
-# search the bounds allow that we found, 1.5-3 s, so that a kill lands in the middle of it. Time limits stay
-# long here (PLAN_TIME_BASE_S below): the lease outlasts the test, so a plan that comes back does so because the
-# worker noticed, not because the lease lapsed.
+# A DeepSeek-V3-shaped MoE on 322,560 H800s (2^10 x 9 x 5 x 7: 132 divisors, so many TP x PP x CP x DP splits) with
+# a global batch of four sequences per GPU: the longest search within the bounds that we found, 2.5-3 s on one core
+# (262,144 GPUs, a power of two, searches in 0.4 s since the search got faster), so that a kill lands in the middle
+# of it. Time limits stay long here (PLAN_TIME_BASE_S below): the lease outlasts the test, so a plan that comes
+# back does so because the worker noticed, not because the lease lapsed.
 MOE_SPEC: dict[str, Any] = {
     "model": {"name": "DeepSeek-V3 shape", "layers": 61, "hidden": 7168, "heads": 128, "ffn_hidden": 18432,
               "gated_mlp": True, "vocab": 129280, "seq_len": 4096, "experts": 256, "top_k": 8,
               "expert_ffn_hidden": 2048, "shared_experts": 1, "dense_layers": 3},
-    "training": {"global_batch": 1_048_576, "precision": "fp8"},
-    "cluster": {"num_gpus": 262_144, "gpu": "H800 SXM5 80GB", "node": "HGX H800",
+    "training": {"global_batch": 1_290_240, "precision": "fp8"},
+    "cluster": {"num_gpus": 322_560, "gpu": "H800 SXM5 80GB", "node": "HGX H800",
                 "fabric": "NDR InfiniBand fat tree"},
 }
 LONG_LEASE = {"PLAN_TIME_BASE_S": "100", "PLAN_RESEND_AFTER_S": "300"}
