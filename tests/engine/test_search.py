@@ -177,3 +177,24 @@ def test_unbalanced_context_parallelism_splits_the_sequence_into_cp_chunks(gpt3_
     assert "into 16 equal chunks" in balanced["rejected_examples"]["cp_does_not_split_sequence"]
     gpt3_doc["training"]["cp_load_balance"] = False
     assert plan(parse_spec(gpt3_doc), top=1)["plans"][0]["layout"]["cp"] == 8
+
+
+@pytest.mark.parametrize("values, ncols", [
+    ((1, 2, 4, 8), 3),                     # small values: counted
+    ((3, 1_000_003, 7, 2**40), 3),         # sparse values: each column's sorted, the code counted
+    (tuple(range(0, 6000, 7)), 3),         # many combinations: the code sorted
+    (tuple(range(0, 6000, 7)), 7),         # more than an int64 code holds: the rows sorted
+])
+def test_distinct_rows_agree_with_a_sort_whatever_path_counts_them(values, ncols):
+    """search._distinct counts few codes and sorts the rest; every path must give each row the index of its
+    combination in lexicographic order, and a representative row that has that combination."""
+    import numpy as np
+
+    from planner.search import _distinct
+    rng = np.random.default_rng(7)
+    cols = [rng.choice(np.array(values, dtype=np.int64), size=5000) for _ in range(ncols)]
+    cols.append(rng.integers(0, 2, size=5000))
+    first, which = _distinct(cols)
+    combos, expected = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+    assert np.array_equal(which, expected.reshape(-1))
+    assert np.array_equal(np.stack([c[first] for c in cols], axis=1), combos)
