@@ -231,12 +231,16 @@ def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: S
     # over micro_batch x heads/tp, plus fused scale-mask-softmax and dropout streaming the s x s scores.
     d = m.head_dim
     rows = t * heads
-    scores = gemm_fwd_bwd(rows, m.seq_len, d, gpu, False)
-    values = gemm_fwd_bwd(rows, d, m.seq_len, gpu, False)
+    # Batched per (micro-batch sequence, head), the batch folded into M. Every operand is an activation, so the
+    # backward has no weight gradient summed over the batch: each input's gradient is again a GEMM per batch entry.
+    # S = Q K^T and dP = dO V^T have (rows x s) outputs over K = d; O = P V, dQ = dS K, dK = dS^T Q and
+    # dV = P^T dO have (rows x d) outputs over K = s.
+    wide = gemm_time(rows, m.seq_len, d, gpu)
+    narrow = gemm_time(rows, d, m.seq_len, gpu)
     fwd_bytes, bwd_bytes = C.SOFTMAX_DROPOUT_BYTES if m.dropout else C.SOFTMAX_BYTES
     elements = rows * m.seq_len
     soft_f, soft_b = (elements * b / hbm_bytes_per_s(gpu) for b in (fwd_bytes, bwd_bytes))
-    return scores[0] + values[0] + soft_f, scores[1] + values[1] + soft_b
+    return wide + narrow + soft_f, wide + 3.0 * narrow + soft_b
 
 
 def _flash_overhead(seq_len: int, cp: np.ndarray, load_balance: bool) -> np.ndarray:

@@ -122,7 +122,8 @@ COMM_INTERFERENCE = 0.3
 # rescale costs, checkpoint_impl (PyTorch's selective policy gathers the SP inputs again).
 # Also 2.2: the output layer in 16 bits under FP8; row-wise FP8 forward GEMMs at FP8_ROWWISE_GEMM_RELATIVE.
 # 2.3: training.projections (separate Q/K/V and gate/up GEMMs); async TP leaves the backward's re-gathers exposed.
-ENGINE_VERSION = "2.3"
+# 2.4: unfused attention's backward GEMMs keep the batch in M (no weight-like gradient over the batch).
+ENGINE_VERSION = "2.4"
 
 
 def as_dict() -> dict[str, float]:

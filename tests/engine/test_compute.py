@@ -106,6 +106,24 @@ def test_unfused_attention_costs_more_than_flash_at_long_sequences(h100):
     assert flash[1][0] == pytest.approx(C.FLASH_BACKWARD_FACTOR * flash[0][0])
 
 
+def test_unfused_attention_gemms_keep_the_batch_in_every_backward_gemm(h100):
+    """Unfused attention multiplies activations by activations, per sequence and head: its backward has no
+    weight-like gradient summed over the batch (dK = dS^T Q and dV = P^T dO are per-head GEMMs like dQ = dS K),
+    so the backward GEMMs (twice the forward's FLOPs) cost 1.3-2.5x the forward's, not a handful of tiles with
+    K = all the rows."""
+    training = type(h100.training)(**{**h100.training.__dict__, "attention": "unfused"})
+    m, gpu = h100.model, h100.cluster.gpu
+    fwd, bwd = attention_times(m, gpu, training, shard(tp=8, mb=4))
+    rows, s, d = 4 * m.seq_len * m.heads / 8, m.seq_len, m.head_dim
+    wide, narrow = gemm_time(rows, s, d, gpu), gemm_time(rows, d, s, gpu)
+    elements = rows * s
+    softmax = [elements * b / (gpu.memory_gbytes_per_s * 1e9 * gpu.hbm_efficiency)
+               for b in (C.SOFTMAX_DROPOUT_BYTES if m.dropout else C.SOFTMAX_BYTES)]
+    assert fwd[0] == pytest.approx(wide + narrow + softmax[0], rel=1e-12)
+    assert bwd[0] == pytest.approx(wide + 3 * narrow + softmax[1], rel=1e-12)
+    assert 1.3 < (bwd[0] - softmax[1]) / (fwd[0] - softmax[0]) < 2.5
+
+
 def test_backward_costs_about_twice_the_forward(h100):
     lt = layer_times(h100.model, h100.cluster.gpu, h100.training, shard(mb=2))
     assert 1.9 < lt.bwd[0] / lt.fwd[0] < 2.4

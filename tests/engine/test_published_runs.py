@@ -30,8 +30,8 @@ def test_every_published_run_is_predicted(comparisons):
 def test_step_time_errors_meet_the_targets(comparisons):
     print("\n" + error_table(comparisons))
     errors = [abs(c.error) for c in comparisons]
-    assert statistics.median(errors) <= 0.08, error_table(comparisons)
-    assert max(errors) <= 0.17, error_table(comparisons)
+    assert statistics.median(errors) <= 0.03, error_table(comparisons)
+    assert max(errors) <= 0.10, error_table(comparisons)
 
 
 def test_the_published_layout_is_the_one_costed(comparisons):
