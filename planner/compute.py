@@ -19,7 +19,7 @@ from .model import is_gpt_style, kv_dim, mlp_width_per_token
 from .spec import GPUSpec, ModelSpec, TrainingSpec
 
 TILES = ((128, 128), (128, 256), (256, 128))  # output tiles cuBLAS chooses among (CUTLASS defaults)
-FUSED_ATTENTION = ("flash", "triton")  # kernels that never write the s x s scores to memory
+FUSED_ATTENTION = ("flash", "cudnn", "triton")  # kernels that never write the s x s scores to memory
 
 
 def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bool = False) -> np.ndarray:
@@ -218,7 +218,7 @@ def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: S
     if training.attention in FUSED_ATTENTION:
         # 4 s h FLOPs per query token over the square (model.flops_per_token), half of it under the causal mask.
         flops = 4.0 * t * m.seq_len * (m.hidden / shard.tp) * C.CAUSAL_FRACTION
-        rate = gpu.peak_tflops * 1e12 * gpu.sustained_clock * gpu.attention_efficiency
+        rate = gpu.peak_tflops * 1e12 * gpu.sustained_clock * attention_efficiency(gpu, training.attention)
         if training.attention == "triton":
             rate = rate * C.TRITON_FLASH_RELATIVE
         fwd = flops * _flash_overhead(m.seq_len, shard.cp, training.cp_load_balance) / rate
@@ -241,6 +241,14 @@ def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: S
     elements = rows * m.seq_len
     soft_f, soft_b = (elements * b / hbm_bytes_per_s(gpu) for b in (fwd_bytes, bwd_bytes))
     return wide + narrow + soft_f, wide + 3.0 * narrow + soft_b
+
+
+def attention_efficiency(gpu: GPUSpec, kernel: str) -> float:
+    """The GPU's fraction of its BF16 peak for a fused attention kernel (catalog data): cuDNN's fused attention
+    has its own figure where one was measured (cudnn_attention_efficiency), else FlashAttention-2's."""
+    if kernel == "cudnn" and gpu.cudnn_attention_efficiency is not None:
+        return gpu.cudnn_attention_efficiency
+    return gpu.attention_efficiency
 
 
 def _flash_overhead(seq_len: int, cp: np.ndarray, load_balance: bool) -> np.ndarray:

@@ -123,7 +123,9 @@ COMM_INTERFERENCE = 0.3
 # Also 2.2: the output layer in 16 bits under FP8; row-wise FP8 forward GEMMs at FP8_ROWWISE_GEMM_RELATIVE.
 # 2.3: training.projections (separate Q/K/V and gate/up GEMMs); async TP leaves the backward's re-gathers exposed.
 # 2.4: unfused attention's backward GEMMs keep the batch in M (no weight-like gradient over the batch).
-ENGINE_VERSION = "2.4"
+# 2.5: training.attention = cudnn (cuDNN fused attention, Transformer Engine's default on Hopper and later) at the
+# GPU's cudnn_attention_efficiency.
+ENGINE_VERSION = "2.5"
 
 
 def as_dict() -> dict[str, float]:

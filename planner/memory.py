@@ -95,7 +95,7 @@ def activation_bytes_per_token(m: ModelSpec, training: TrainingSpec, lay: Layout
     replicated = np.where(lay.sp, replicated / tp, replicated)
     mlp_inner = (4.0 if not m.gated_mlp else 6.0) * mlp_width_per_token(m)
     split = (2.0 * h + 4.0 * kv_dim(m) + 2.0 * h + mlp_inner) / tp
-    flash = training.attention != "unfused"  # fused kernels (flash, triton) never store the s x s squares
+    flash = training.attention != "unfused"  # fused kernels (flash, cudnn, triton) never store the s x s squares
     squares = np.zeros(len(lay)) if flash else (5.0 if dropout else 2.0) * m.heads * m.seq_len / tp
     per_token = replicated + split + squares
     # Selective recomputation: with unfused attention it repeats the attention core and drops the squares

@@ -12,6 +12,12 @@ import re
 from typing import Any
 
 PRE_FLASH_GPUS = ("V100", "A100")
+# Stacks whose attention runs through Transformer Engine's DotProductAttention, and the words a row uses to name
+# FlashAttention itself as its kernel (which then wins over the stack's default).
+TE_STACKS = re.compile(r"transformer[ _]engine|megatron[- ]core|\bmcore\b|\bnemo\b|megatron-bridge"
+                       r"|megatron-lm examples/moe_recipes")
+NAMED_FLASH = ("flashattention", "flash-attn", "flash_attn", "attention_backend flash", "attention-backend flash",
+               "sdpa")
 
 
 def text_of(row: dict[str, Any], *keys: str) -> str:
@@ -186,7 +192,10 @@ def fp8_gather(row: dict[str, Any]) -> bool:
 
 def attention_kernel(row: dict[str, Any], gpu: str) -> str:
     """The attention kernel the row names: an llm-foundry attn_impl ('triton', 'flash', 'torch'; per model size
-    when the row lists sizes), FlashAttention in Triton, or a flash kernel (FlashAttention, SDPA, cuDNN). Runs on
+    when the row lists sizes), FlashAttention in Triton, cuDNN fused attention, or a flash kernel (FlashAttention,
+    SDPA). Transformer Engine stacks (Megatron-Core, NeMo) that name no kernel run cuDNN on Hopper and later: TE
+    disables FlashAttention "to give FusedAttention preference on Hopper+ for performance reasons"
+    (transformer_engine/pytorch/attention/dot_product_attention/utils.py, get_attention_backend). Runs on
     V100/A100 that name none and predate FlashAttention (2022: the 2020-21 Megatron rows of groups other than F_
     and M_) ran Megatron's unfused softmax; every later stack runs a flash kernel."""
     impl = _attn_impl(row)
@@ -195,6 +204,14 @@ def attention_kernel(row: dict[str, Any], gpu: str) -> str:
     text = text_of(row, "notes", "arch_notes", "model")
     if any(w in text for w in ("flashattention in triton", "triton flash", "triton attention")):
         return "triton"
+    hopper_plus = not any(g in gpu for g in PRE_FLASH_GPUS)
+    if "cudnn" in text and hopper_plus:
+        return "cudnn"
+    te_stack = TE_STACKS.search(text)
+    if hopper_plus and te_stack and not any(w in text for w in NAMED_FLASH):
+        return "cudnn"
+    if te_stack:
+        return "flash"  # Transformer Engine's FlashAttention before Hopper
     if any(w in text for w in ("flash", "triton", "sdpa", "cudnn", "zero bubble")):
         return "flash"
     pre_flash = any(g in gpu for g in PRE_FLASH_GPUS) and not str(row.get("group") or "").startswith(("F_", "M_"))

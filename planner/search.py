@@ -80,11 +80,11 @@ def pp_reason(spec: PlanSpec, pp: int) -> tuple[str, str] | None:
 def cp_reason(spec: PlanSpec, cp: int) -> tuple[str, str] | None:
     if cp == 1:
         return None
-    if spec.training.attention != "flash":
+    if spec.training.attention not in ("flash", "cudnn"):
         # Ring attention merges each step's partial output by its log-sum-exp, which only a fused attention kernel
-        # returns (Megatron-Core context parallelism runs on Transformer Engine's flash attention only).
-        return "cp_needs_flash_attention", (f"CP={cp} needs flash attention (ring attention merges the partial "
-                                            "results of fused attention kernels)")
+        # returns (Megatron-Core context parallelism runs on Transformer Engine's flash or cuDNN fused attention).
+        return "cp_needs_flash_attention", (f"CP={cp} needs flash or cudnn attention (ring attention merges the "
+                                            "partial results of fused attention kernels)")
     s, chunks = spec.model.seq_len, (2 * cp if spec.training.cp_load_balance else cp)
     if s % chunks:
         kind = "load-balanced causal ring attention" if spec.training.cp_load_balance else "ring attention"

@@ -22,7 +22,7 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
 TOPOLOGIES = ("fat_tree", "rail_optimized", "dragonfly", "torus")
 FABRIC_KINDS = ("infiniband", "roce", "ethernet", "efa")
-ATTENTION_KERNELS = ("flash", "triton", "unfused")
+ATTENTION_KERNELS = ("flash", "cudnn", "triton", "unfused")
 ELEMENTWISE_MODES = ("fused", "eager")
 EP_DISPATCH = ("all_to_all", "dedup")
 FP8_RECIPES = ("tensorwise", "rowwise", "blockwise")
@@ -127,9 +127,11 @@ TRAINING_FIELDS = (
           help="How norms, rotary embedding and activations run: fused kernels (Megatron, Transformer Engine, "
                "torch.compile) or eager PyTorch, one kernel per operation in fp32."),
     Field("attention", str, "flash", choices=ATTENTION_KERNELS,
-          help="Attention kernel: flash (FlashAttention-2 class: FA2, PyTorch SDPA, cuDNN; fused, causal, no s x s "
-               "matrix in memory), triton (FlashAttention written in Triton, 2022-23: llm-foundry attn_impl=triton; "
-               "fused, slower) or unfused (Megatron before FlashAttention, 2022)."),
+          help="Attention kernel: flash (FlashAttention-2 class: FA2, PyTorch SDPA's default; fused, causal, no "
+               "s x s matrix in memory), cudnn (cuDNN fused attention: Transformer Engine's default on Hopper and "
+               "later, so Megatron-Core and NeMo; FlashAttention-3 class there, ~1.7x FA2 on H100), triton "
+               "(FlashAttention written in Triton, 2022-23: llm-foundry attn_impl=triton; fused, slower) or unfused "
+               "(Megatron before FlashAttention, 2022)."),
 )
 
 GPU_FIELDS = (
@@ -157,7 +159,10 @@ GPU_FIELDS = (
           help="Fixed cost of one kernel: launch, ramp-up and tail."),
     Field("attention_efficiency", float, 0.55, lo=0.05, hi=1.0,
           help="Fraction of the BF16 peak causal flash attention reaches, forward and backward (FlashAttention-2 "
-               "on A100 0.55; on H100 0.40)."),
+               "on A100 0.55; on H100 0.32)."),
+    Field("cudnn_attention_efficiency", float, None, lo=0.05, hi=1.0,
+          help="The same for cuDNN fused attention (training.attention = cudnn): H100 0.54 (FlashAttention-3 "
+               "class), A100 0.45 (slower than FlashAttention-2 there). Empty: as attention_efficiency."),
 )
 
 NODE_FIELDS = (
@@ -293,6 +298,7 @@ class GPUSpec:
     hbm_efficiency: float = 0.85
     kernel_overhead_us: float = 4.0
     attention_efficiency: float = 0.55
+    cudnn_attention_efficiency: float | None = None
 
     @property
     def fp8_peak_tflops(self) -> float:

@@ -108,6 +108,7 @@ class GPUType(CatalogRow):
     hbm_efficiency = models.FloatField(default=0.85)
     kernel_overhead_us = models.FloatField(default=4.0)
     attention_efficiency = models.FloatField(default=0.55)
+    cudnn_attention_efficiency = models.FloatField(null=True, blank=True)
 
     class Meta(CatalogRow.Meta):
         verbose_name = "GPU type"

@@ -132,7 +132,8 @@ def _precision(job: Job, arg, em: Emitter) -> None:
         em.note("attention kernel triton (FlashAttention in Triton): Megatron has no such backend; "
                 "--attention-backend flash runs a faster kernel than the plan assumed")
     else:
-        arg("--attention-backend", attention)
+        # Megatron's AttnBackend names Transformer Engine's cuDNN FusedAttention "fused".
+        arg("--attention-backend", {"cudnn": "fused"}.get(attention, attention))
 
 
 def _mechanisms(job: Job, arg, em: Emitter) -> None:

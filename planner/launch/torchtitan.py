@@ -63,7 +63,10 @@ def _training(job: Job, key, em: Emitter) -> None:
         key("quantize.linear.float8", "recipe_name", t.fp8_recipe)
         if t.fp8_param_gather:
             key("quantize.linear.float8", "enable_fsdp_float8_all_gather", True)
-    if t.attention != "flash":
+    if t.attention == "cudnn":
+        em.note("attention kernel cudnn: torchtitan's SDPA picks cuDNN attention on B200 and later only (torchtitan "
+                "#1196); on Hopper it runs FlashAttention-2, slower than the plan assumed")
+    elif t.attention != "flash":
         em.note(f"attention kernel {t.attention}: torchtitan runs PyTorch SDPA (flash), faster than the plan assumed")
     if t.precision != "fp16":
         key("training", "mixed_precision_reduce", "bfloat16" if t.grad_reduce_dtype == "bf16" else "float32")

@@ -124,6 +124,21 @@ def test_unfused_attention_gemms_keep_the_batch_in_every_backward_gemm(h100):
     assert 1.3 < (bwd[0] - softmax[1]) / (fwd[0] - softmax[0]) < 2.5
 
 
+def test_cudnn_attention_runs_at_its_own_catalog_rate(h100, catalog):
+    """training.attention = cudnn reads the GPU's cudnn_attention_efficiency (H100 0.54 against FlashAttention-2's
+    0.32: the same FLOPs in 0.32/0.54 of the time), and a GPU without one runs at its flash figure."""
+    gpu = h100.cluster.gpu
+    assert (gpu.attention_efficiency, gpu.cudnn_attention_efficiency) == (0.32, 0.54)
+    cudnn_training = type(h100.training)(**{**h100.training.__dict__, "attention": "cudnn"})
+    flash = attention_times(h100.model, gpu, h100.training, shard())
+    cudnn = attention_times(h100.model, gpu, cudnn_training, shard())
+    launch = gpu.kernel_overhead_us * 1e-6
+    assert (cudnn[0][0] - launch) == pytest.approx((flash[0][0] - launch) * 0.32 / 0.54)
+    assert cudnn[1][0] == pytest.approx(C.FLASH_BACKWARD_FACTOR * cudnn[0][0])
+    unmeasured = type(gpu)(**{**gpu.__dict__, "cudnn_attention_efficiency": None})
+    assert attention_times(h100.model, unmeasured, cudnn_training, shard())[0][0] == pytest.approx(flash[0][0])
+
+
 def test_backward_costs_about_twice_the_forward(h100):
     lt = layer_times(h100.model, h100.cluster.gpu, h100.training, shard(mb=2))
     assert 1.9 < lt.bwd[0] / lt.fwd[0] < 2.4

@@ -330,3 +330,9 @@ def test_the_costed_stack_behaviours_reach_megatron_and_torchtitan():
     assert "enable_async_tensor_parallel" not in toml["parallelism"]
     assert "checkpoint_impl megatron" in " ".join(titan.notes)
     assert "projections fused" in " ".join(titan.notes)
+    assert m["--attention-backend"] == "flash" and "attention kernel" not in " ".join(titan.notes)
+    # cuDNN attention is Megatron's "fused" backend (Transformer Engine's FusedAttention); torchtitan says where
+    # its SDPA runs cuDNN.
+    spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1}, {"attention": "cudnn"})
+    assert megatron_args(launch_config(spec, entry, "megatron").text)["--attention-backend"] == "fused"
+    assert "cuDNN attention on B200 and later only" in " ".join(launch_config(spec, entry, "torchtitan").notes)

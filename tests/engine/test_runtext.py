@@ -17,6 +17,13 @@ FOUNDRY_2024 = "fsdp limit_all_gathers=true; attn_impl 'flash' for 1b/3b/7b/70b 
     ({"group": "A_sc21", "notes": "End-to-end throughput"}, "A100 SXM4 80GB", "unfused"),
     ({"group": "A_sc21", "notes": "End-to-end throughput"}, "H100 SXM5 80GB", "flash"),
     ({"group": "F_x", "notes": ""}, "A100 SXM4 80GB", "flash"),
+    # Transformer Engine prefers its cuDNN FusedAttention on Hopper and later, FlashAttention before.
+    ({"notes": "Megatron-LM examples/moe_recipes README row"}, "H100 SXM5 80GB", "cudnn"),
+    ({"notes": "Megatron-Core with Transformer Engine"}, "GB200", "cudnn"),
+    ({"notes": "Megatron-Core with Transformer Engine"}, "A100 SXM4 80GB", "flash"),
+    ({"notes": "NeMo 2.0 recipe, attention_backend flash"}, "H100 SXM5 80GB", "flash"),
+    ({"notes": "SDPA with the cuDNN backend"}, "H100 SXM5 80GB", "cudnn"),
+    ({"model": "Nemotron-4 15B", "notes": "Table 2 batch-size ramp stage"}, "H100 SXM5 80GB", "flash"),
 ])
 def test_the_attention_kernel_is_the_one_the_row_names(row, gpu, kernel):
     assert rt.attention_kernel(row, gpu) == kernel
