@@ -204,17 +204,13 @@ def attention_kernel(row: dict[str, Any], gpu: str) -> str:
     text = text_of(row, "notes", "arch_notes", "model")
     if any(w in text for w in ("flashattention in triton", "triton flash", "triton attention")):
         return "triton"
-    hopper_plus = not any(g in gpu for g in PRE_FLASH_GPUS)
-    if "cudnn" in text and hopper_plus:
-        return "cudnn"
+    pre_hopper = any(g in gpu for g in PRE_FLASH_GPUS)
     te_stack = TE_STACKS.search(text)
-    if hopper_plus and te_stack and not any(w in text for w in NAMED_FLASH):
+    if not pre_hopper and ("cudnn" in text or (te_stack and not any(w in text for w in NAMED_FLASH))):
         return "cudnn"
-    if te_stack:
-        return "flash"  # Transformer Engine's FlashAttention before Hopper
-    if any(w in text for w in ("flash", "triton", "sdpa", "cudnn", "zero bubble")):
-        return "flash"
-    pre_flash = any(g in gpu for g in PRE_FLASH_GPUS) and not str(row.get("group") or "").startswith(("F_", "M_"))
+    if te_stack or any(w in text for w in ("flash", "triton", "sdpa", "cudnn", "zero bubble")):
+        return "flash"  # Transformer Engine runs FlashAttention before Hopper
+    pre_flash = pre_hopper and not str(row.get("group") or "").startswith(("F_", "M_"))
     return "unfused" if pre_flash else "flash"
 
 
