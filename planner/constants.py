@@ -125,7 +125,9 @@ COMM_INTERFERENCE = 0.3
 # 2.4: unfused attention's backward GEMMs keep the batch in M (no weight-like gradient over the batch).
 # 2.5: training.attention = cudnn (cuDNN fused attention, Transformer Engine's default on Hopper and later) at the
 # GPU's cudnn_attention_efficiency.
-ENGINE_VERSION = "2.5"
+# 2.6: training.fp8_saved_inputs (Transformer Engine keeps FP8 linears' 1-byte inputs for the backward) and
+# training.pp_comm_overlap (Megatron-Core's interleaved schedule overlaps stage hand-offs with compute).
+ENGINE_VERSION = "2.6"
 
 
 def as_dict() -> dict[str, float]:

@@ -93,11 +93,22 @@ def activation_bytes_per_token(m: ModelSpec, training: TrainingSpec, lay: Layout
     dropout = m.dropout
     replicated = (8.0 + (2.0 if dropout else 0.0)) * h
     replicated = np.where(lay.sp, replicated / tp, replicated)
-    mlp_inner = (4.0 if not m.gated_mlp else 6.0) * mlp_width_per_token(m)
+    f = mlp_width_per_token(m)
+    mlp_inner = (4.0 if not m.gated_mlp else 6.0) * f
     split = (2.0 * h + 4.0 * kv_dim(m) + 2.0 * h + mlp_inner) / tp
+    if training.precision == "fp8" and training.fp8_saved_inputs == "fp8":
+        # Transformer Engine keeps the FP8 cast of a linear's input for its weight-gradient GEMM, 1 byte per element
+        # (only the column-wise copy the backward reads: transformer_engine/pytorch/module/linear.py and
+        # layernorm_linear.py save the quantized input), not the 16-bit tensor: the QKV and MLP inputs (norm
+        # outputs, h wide) and the down projection's input (the MLP width). The attention output stays in 16 bits
+        # for the attention backward, and the output projection keeps its FP8 copy beside it (+1 byte).
+        replicated = replicated - np.where(lay.sp, 2.0 * h / tp, 2.0 * h)
+        fp8_split = (1.0 * h - 1.0 * f) / tp
+    else:
+        fp8_split = 0.0
     flash = training.attention != "unfused"  # fused kernels (flash, cudnn, triton) never store the s x s squares
     squares = np.zeros(len(lay)) if flash else (5.0 if dropout else 2.0) * m.heads * m.seq_len / tp
-    per_token = replicated + split + squares
+    per_token = replicated + split + fp8_split + squares
     # Selective recomputation: with unfused attention it repeats the attention core and drops the squares
     # (Korthikanti et al. 2022, sec. 5); flash attention never stores them, and selective recomputation there
     # repeats the element-wise ops and part of the GEMMs instead (_selective_flash).

@@ -55,9 +55,20 @@ GPT2_VOCAB_PADDED = 50_304
 EXPLORED_LOCAL_BATCH = 16
 
 
+# The PyTorch team's own benchmark documents (torchtitan's, and torchao's, measured with torchtitan). Those that
+# state their H100 name one part, Meta's Grand Teton H100 (96 GB HBM2e, 500 W cap: torchtitan
+# benchmarks/llama3_h100_202412_torchtitan.md and asyncTP_llama3_h100_2025-06_torchtitan.md "Hardware",
+# docs/performance.md "HBM2e based lower TDP SXM H100"); one of them that leaves the variant out is read as run
+# on the same fleet, not on the 700 W HBM3 part.
+PYTORCH_TEAM_SOURCES = ("pytorch/torchtitan", "pytorch/ao ")  # the space: "pytorch/ao torchao/...", not pytorch/audio
+STATED_H100_VARIANT = re.compile(r"\d+\s*GB|HBM|SXM|PCIE|NVL|\d+\s*W\b")
+
+
 def gpu_name(row: dict[str, Any]) -> str:
     text = (row.get("gpu_type") or "").upper()
-    if "H100" in text and "HBM2E" in text:
+    source = str((row.get("source") or {}).get("title") or "").lower()
+    unstated_pytorch_team = not STATED_H100_VARIANT.search(text) and any(s in source for s in PYTORCH_TEAM_SOURCES)
+    if "H100" in text and ("HBM2E" in text or unstated_pytorch_team):
         return "H100 SXM5 96GB HBM2e 500W"
     for keyword, name in GPU_BY_KEYWORD:
         if keyword in text:
@@ -135,6 +146,14 @@ def _layout_doc(row: dict[str, Any], model: dict[str, Any], catalog: Catalog) ->
     vp = row.get("vp") or _derived(row, "derived_vp") or (interleaved and _derived(row, "derived_chunks_per_stage"))
     schedule = (row.get("pipeline_schedule") or "").lower()
     layout["vpp"] = _first_int(vp) or (1 if "1f1b" in schedule and not interleaved else None)
+    if (layout["pp"] or 1) > 1 and (defaults := rt.torchtitan_pipeline(row)) is not None:
+        count, size, stages = defaults
+        if not vp:
+            layout["vpp"] = stages
+        local = (_global_batch(row) or 0) // (layout["dp"] or 1)  # sequences per DP rank (CP ranks share them)
+        split = local // count if count and local >= count and local % count == 0 else None
+        if layout["micro_batch"] is None:
+            layout["micro_batch"] = size or split
     layout["recompute"] = rt.recompute_mode(row)
     if rt.block_level(row) and (share := _block_share(row, model, catalog)) is not None:
         layout["recompute"], layout["recompute_fraction"] = "full", round(share, 4)
@@ -187,6 +206,9 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
                          "fp8_param_gather": rt.fp8_gather(row), "zero_granularity": rt.zero_granularity(row),
                          "grad_reduce_dtype": rt.grad_reduce_dtype(row),
                          "fp8_recipe": rt.fp8_recipe(row),
+                         # torchao float8 (the PyTorch-native stacks' FP8) keeps its linears' 16-bit inputs
+                         "fp8_saved_inputs": "bf16" if rt.native_stack(row) else "fp8",
+                         "pp_comm_overlap": rt.pp_overlap(row),
                          "ep_dispatch": "dedup" if any(w in notes for w in ("deepep", "hybridep")) else "all_to_all"},
             "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},
             "layout": _layout_doc(row, model, catalog)}

@@ -143,6 +143,47 @@ def ep_overlap(row: dict[str, Any]) -> bool:
     return bool(re.search(r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm|\bep overlap|ep a2a overlap", text))
 
 
+def pp_overlap(row: dict[str, Any]) -> bool:
+    """Pipeline hand-offs overlapped with compute for Megatron-Core stacks (Transformer Engine, NeMo, the MoE
+    recipes), whose interleaved schedule does it by default, unless the row says --no-overlap-p2p-communication;
+    off for every other stack: Megatron-LM before Megatron-Core (2020-21; the Zero Bubble fork, whose runtime
+    asserts batched p2p without overlap) and torch.distributed.pipelining (torchtitan), which waits for each
+    receive before the chunk that needs it."""
+    text = text_of(row, "notes", "arch_notes", "model", "pipeline_schedule", "precision")
+    if re.search(r"no[-_ ]overlap[-_ ]p2p|overlap_p2p_comm\s*[:=]?\s*false", text):
+        return False
+    return bool(TE_STACKS.search(text + " " + text_of(row, "source")))
+
+
+# torchtitan's pipeline defaults where a run states neither its micro-batches nor its stages per rank. Until
+# pytorch/torchtitan #1073 (2025-04-07) `pipeline_parallel_microbatches` defaulted to the PP degree; since then
+# `pipeline_parallel_microbatch_size` defaults to 1. Both before and after, generate_split_points gives a
+# multi-stage schedule (interleaved 1F1B, looped BFS, zero-bubble variants) two stages per rank and a
+# single-stage one (1F1B, GPipe) one (torchtitan/parallelisms/pipelining_utils.py @9dec370,
+# torchtitan/distributed/pipeline.py @5e2033c).
+TORCHTITAN_MICROBATCH_SIZE_SINCE = "2025-04-07"
+TORCHTITAN_DATED = re.compile(r"torchtitan[^()]{0,40}\((\d{4}-\d{2}-\d{2})\)")
+MULTI_STAGE_SCHEDULES = ("interleaved", "looped", "zero bubble", "zerobubble", "zbv")
+
+
+def torchtitan_pipeline(row: dict[str, Any]) -> tuple[int | None, int | None, int] | None:
+    """(micro-batches per step or None, micro-batch size or None, stages per rank) that torchtitan chose for a
+    pipeline-parallel row of its own that states neither; None for other stacks. The count or the size depends on
+    the torchtitan version, read from a date beside its name ("torchtitan 9dec370 (2024-12-26)"); an undated row
+    gets neither, only the stages per rank."""
+    text = text_of(row, "notes", "model", "precision", "source")
+    if "torchtitan" not in text:
+        return None
+    schedule = text_of(row, "pipeline_schedule")
+    stages = 2 if any(word in schedule for word in MULTI_STAGE_SCHEDULES) else 1
+    dated = TORCHTITAN_DATED.search(text)
+    if not dated:
+        return None, None, stages
+    if dated.group(1) < TORCHTITAN_MICROBATCH_SIZE_SINCE:
+        return int(row.get("pp") or 1), None, stages
+    return None, 1, stages
+
+
 # PyTorch-native training stacks: modules written in PyTorch, run eagerly unless torch.compile is on, and
 # checkpointed with torch.utils.checkpoint's non-reentrant form (FSDP's checkpoint_wrapper default).
 NATIVE_STACKS = ("fsdp", "torchtitan", "llm-foundry", "composer", "fms-fsdp", "torchao")

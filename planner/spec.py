@@ -28,6 +28,7 @@ EP_DISPATCH = ("all_to_all", "dedup")
 FP8_RECIPES = ("tensorwise", "rowwise", "blockwise")
 ZERO_GRANULARITIES = ("bucket", "layer")
 GRAD_REDUCE_DTYPES = ("fp32", "bf16")
+FP8_SAVED_INPUTS = ("fp8", "bf16")
 CHECKPOINT_IMPLS = ("megatron", "pytorch")
 PROJECTIONS = ("fused", "separate")
 # Rank orders, innermost first. TP is always innermost (it must stay inside an NVLink domain); the two orders
@@ -92,9 +93,17 @@ TRAINING_FIELDS = (
     Field("fp8_param_gather", bool, False,
           help="With fp8: gather parameters in FP8, 1 byte each (FSDP2 float8 all-gather, Megatron "
                "--fp8-param-gather); off = 16-bit gathers."),
+    Field("fp8_saved_inputs", str, "fp8", choices=FP8_SAVED_INPUTS,
+          help="With fp8: what each FP8 linear keeps for its weight-gradient GEMM: fp8 (Transformer Engine, so "
+               "Megatron-Core and NeMo: the 1-byte cast input) or bf16 (torchao float8, torchtitan: the 16-bit input, "
+               "cast again in the backward)."),
     Field("ep_dispatch", str, "all_to_all", choices=EP_DISPATCH,
           help="MoE token dispatch: all_to_all (a copy per routed expert) or dedup (DeepEP/HybridEP: one copy per "
                "remote NVLink domain, fanned out over NVLink)."),
+    Field("pp_comm_overlap", bool, True,
+          help="With virtual pipeline stages: send and receive each chunk's activations while the next chunk "
+               "computes (Megatron-Core's interleaved schedule, overlap_p2p_comm, its default); off = every "
+               "hand-off waits (Megatron-LM before Megatron-Core, --no-overlap-p2p-communication, torchtitan)."),
     Field("cp_load_balance", bool, True,
           help="With context parallelism: split the sequence into 2·cp chunks and give each rank one from each end "
                "(Megatron-Core / Transformer Engine zigzag), so causal attention work is even; off = contiguous "
@@ -282,6 +291,8 @@ class TrainingSpec:
     checkpoint_impl: str = "megatron"
     grad_reduce_dtype: str = "fp32"
     projections: str = "fused"
+    fp8_saved_inputs: str = "fp8"
+    pp_comm_overlap: bool = True
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ and they sum to the step time.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -272,7 +272,16 @@ def _pp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
     transfers on the critical path of the 1F1B schedule."""
     nbytes = tokens * spec.model.hidden * ACT_BYTES / lay.tp
     calls = np.where(lay.pp > 1, 2.0 * (micro * lay.vpp + lay.pp - 1), 0.0)
-    return _collective(spec, placement, "pp", "send_recv", nbytes, calls)
+    c = _collective(spec, placement, "pp", "send_recv", nbytes, calls)
+    if not spec.training.pp_comm_overlap:
+        return c
+    # Megatron-Core's interleaved schedule posts each chunk's sends and receives asynchronously and computes the
+    # next chunk meanwhile (overlap_p2p_comm, its training default with virtual stages; schedules.py): only the
+    # 2 (p - 1) hand-offs that fill and drain the pipeline wait; the steady state's run behind compute (_exposed).
+    # Without virtual stages Megatron turns the overlap off (arguments.py).
+    fill = (lay.pp - 1) / np.maximum(1.0, micro * lay.vpp + lay.pp - 1)
+    steady = np.where(lay.vpp > 1, c.time_s * (1.0 - fill), 0.0)
+    return replace(c, exposed_s=_exposed(c.time_s, steady))
 
 
 def _dp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], params: np.ndarray, fwd: np.ndarray,

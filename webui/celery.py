@@ -1,21 +1,27 @@
 """Celery wiring, as cookiecutter-django does it: settings come from Django's, under the CELERY_ prefix.
 
-Two additions for #4, both in every worker so that no extra process is needed:
+Three additions, in every worker so that no extra process is needed:
 - each pool process caps its address space (PLAN_MEMORY_LIMIT_MB), so a search that would exhaust the machine
   fails with MemoryError instead;
 - a timer runs `delivery.plans_recover` every PLAN_RECOVER_EVERY_S (and once soon after start): lapsed leases
   back to the queue, the outbox sent. It talks to the database and the broker directly, so it works while
-  messages are being lost, and any number of workers may run it at once.
+  messages are being lost, and any number of workers may run it at once;
+- a cold shutdown (SIGQUIT, what `make run` sends on Ctrl-C) stops every search in hand at once
+  (`stop_searches_first`), and each gives its plan back to the queue on its way out.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import resource
+import signal
+import sys
+from types import FrameType
 from typing import Any
 
 from celery import Celery, bootsteps
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webui.settings")
 
@@ -38,6 +44,46 @@ def limit_search_memory(**kwargs: Any) -> None:
     if limit > 0:
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
         resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+
+
+@worker_ready.connect
+def stop_searches_first(sender: Any, **kwargs: Any) -> None:
+    """Make the worker's cold shutdown (SIGQUIT) stop every search in hand at once, each giving its plan back.
+
+    Celery's cold shutdown cancels only the searches whose start the main process has registered
+    (Request.cancel skips a request without `time_start`, set when the main process reads the pool's
+    acknowledgement), then waits for the pool inside its signal handler: a search begun a moment before the
+    signal ran on to its end, or to `make run`'s deadline. So the SIGQUIT handler Celery installed is wrapped, once
+    the worker is ready: first note the shutdown (`tasks.searches_stopping`, so that the main process does not
+    send a stopped plan again), then SIGTERM every pool process, which billiard raises as SystemExit inside the
+    search and `services.plan_run` answers by giving the plan back (`delivery.plan_stopped`), then Celery's
+    handler as before. A process Celery cancels too gets a second SIGTERM, which the task holds off until its
+    plan is back (`tasks.stop_signal_once`). The sender is the worker's consumer, in the main process."""
+    from webui.tasks import searches_stopping
+
+    celery_handler = signal.getsignal(signal.SIGQUIT)
+    pool = getattr(sender, "pool", None)
+    if not callable(celery_handler) or pool is None or getattr(celery_handler, "stops_searches_first", False):
+        return  # no handler to wrap, or already wrapped (the consumer is ready again after a broker reconnect)
+
+    def cold_shutdown(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGQUIT, celery_handler)  # once; Celery installs its next handler itself
+        searches_stopping.set()
+        pids: list[int] = []
+        with contextlib.suppress(AttributeError, TypeError):  # a pool that is not of processes: nothing to stop
+            pids = list(pool.info.get("processes", ()))
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        # Said the way Celery's own handlers speak (print, not logging, inside a signal handler); no stdout, no word.
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            print(f"worker: cold shutdown: stopping the searches in pool processes {pids}", file=sys.__stdout__,
+                  flush=True)
+        celery_handler(signum, frame)
+
+    cold_shutdown.stops_searches_first = True  # type: ignore[attr-defined]
+    with contextlib.suppress(ValueError):  # not the main thread: leave Celery's handler alone
+        signal.signal(signal.SIGQUIT, cold_shutdown)
 
 
 def recover_plans() -> None:

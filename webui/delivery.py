@@ -12,6 +12,8 @@ The Plan row is the source of truth, the broker only a doorbell:
   kernel's OOM killer, a kill -9, a cold shutdown): the plan goes back to the queue and is sent again at once,
   or fails after PLAN_MAX_ATTEMPTS. Each lease names its holder (worker, pool process, task id) so that the
   main process, which never saw the token, gives back only the lease of the process it lost.
+- `plan_stopped` is the same give-back done by the pool process itself when its worker stops it mid-search
+  (a cold shutdown), before it exits.
 - `plans_recover`, run by every worker every PLAN_RECOVER_EVERY_S (webui/celery.py) and by
   `manage.py plans_recover`, puts lapsed leases (the worker died mid-search) back in the queue, fails plans
   whose search was cut off PLAN_MAX_ATTEMPTS times, and sends the outbox: plans never sent, and plans sent long
@@ -29,7 +31,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 import planner
@@ -98,13 +100,14 @@ def lease_token(holder: str | None) -> uuid.UUID:
     return uuid.uuid5(LEASE_NAMESPACE, holder) if holder else uuid.uuid4()
 
 
-def plan_claim(*, plan_id: int, holder: str | None = None) -> tuple[Plan | None, uuid.UUID | None]:
+def plan_claim(*, plan_id: int, token: uuid.UUID | None = None) -> tuple[Plan | None, uuid.UUID | None]:
     """(the plan, a lease token) when this caller may run its search now; (the plan, None) when it may not:
-    it is running under someone else's live lease, or finished. (None, None) when there is no such plan."""
+    it is running under someone else's live lease, or finished. (None, None) when there is no such plan.
+    The lease is `token` (a holder's `lease_token`, known before the claim), or a fresh one."""
     plan = Plan.objects.filter(pk=plan_id).only("time_limit_s").first()
     if plan is None:
         return None, None
-    token = lease_token(holder)
+    token = token or lease_token(None)
     now = timezone.now()
     lease = timedelta(seconds=plan_hard_limit(plan=plan) + settings.PLAN_TIME_GRACE_S)
     claimed = Plan.objects.filter(pk=plan_id, status=Plan.Status.QUEUED).update(
@@ -149,9 +152,23 @@ def plan_lost(*, plan_id: int, holder: str | None, send: bool = True) -> str:
     might be taken by that same worker on its way out. The plan counts as sent; should the broker lose the
     message, the outbox sends it again after PLAN_RESEND_AFTER_S.
     """
-    now = timezone.now()
     held = Plan.objects.filter(pk=plan_id, status=Plan.Status.RUNNING, lease_token=lease_token(holder)) \
         if holder else Plan.objects.none()
+    return _plan_give_back(plan_id=plan_id, held=held, send=send)
+
+
+def plan_stopped(*, plan_id: int, token: uuid.UUID) -> str:
+    """The search process holding `token` is being stopped mid-search (a worker's cold shutdown): what its
+    worker's main process would do with `plan_lost(send=False)`, done by the process itself on its way out, so
+    that the plan goes back whether or not the main process had registered the search's start. Same answers as
+    `plan_lost`; "" when the plan is not running under `token`: not claimed yet, finished (its answer is
+    stored), or taken by another delivery after this lease lapsed."""
+    held = Plan.objects.filter(pk=plan_id, status=Plan.Status.RUNNING, lease_token=token)
+    return _plan_give_back(plan_id=plan_id, held=held, send=False)
+
+
+def _plan_give_back(*, plan_id: int, held: QuerySet[Plan], send: bool) -> str:
+    now = timezone.now()
     if held.filter(attempts__gte=settings.PLAN_MAX_ATTEMPTS).update(
             status=Plan.Status.FAILED, lease_token=None, lease_expires_at=None, finished_at=now,
             error=f"Its search process stopped {settings.PLAN_MAX_ATTEMPTS} times before finishing (the system "

@@ -4,8 +4,8 @@ Ctrl-C, or SIGTERM to `make` (which passes it on to this process), stops both wi
 mid-search:
 - gunicorn gets SIGTERM: it finishes the requests in hand (a page or an API call, well under a second);
 - the worker gets SIGQUIT, Celery's cold shutdown. SIGTERM would be a warm shutdown, which waits for the search
-  in hand, and a search may take minutes. The search cut off is not lost: the worker's main process gives its
-  plan back to the queue (webui/tasks.py), and the next start searches it again.
+  in hand, and a search may take minutes. The search cut off is not lost: its pool process gives the plan back
+  to the queue on its way out (webui/celery.py `stop_searches_first`), and the next start searches it again.
 Each child runs in a process group of its own, so the terminal's Ctrl-C (SIGINT to the foreground group)
 reaches only this process, which decides what each child gets. Whatever is still alive at the deadline is
 killed with its process group.

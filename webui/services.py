@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import math
+import uuid
 from functools import partial
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -17,7 +18,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core import serializers
 from django.core.exceptions import ValidationError
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 import planner
@@ -220,13 +221,28 @@ def plan_run(*, plan_id: int, holder: str | None = None) -> Plan | None:
 
     Only the caller that claims the plan (queued -> running under a lease named for `holder`, see
     `delivery.lease_holder`) searches; any other delivery returns the plan as it is. An identical request
-    finished meanwhile lends its answer instead of a search.
+    finished meanwhile lends its answer instead of a search. A process stopped on the way (SystemExit or
+    KeyboardInterrupt: a worker's cold shutdown, webui/tasks.py) gives the plan back before it exits.
     """
-    plan, token = delivery.plan_claim(plan_id=plan_id, holder=holder)
+    token = delivery.lease_token(holder)  # known before the claim, so that a stop during the claim gives it back
+    try:
+        return _plan_run(plan_id=plan_id, token=token)
+    except (SystemExit, KeyboardInterrupt):
+        try:
+            outcome = delivery.plan_stopped(plan_id=plan_id, token=token)
+            logger.warning("plan %s: stopped mid-search: %s", plan_id,
+                           outcome or "nothing to give back (not claimed yet, or its answer stored)")
+        except DatabaseError:  # the lease lapses and the sweep recovers the plan
+            logger.exception("plan %s: stopped mid-search; could not give it back, its lease will lapse", plan_id)
+        raise
+
+
+def _plan_run(*, plan_id: int, token: uuid.UUID) -> Plan | None:
+    plan, claimed = delivery.plan_claim(plan_id=plan_id, token=token)
     if plan is None:
         logger.warning("plan %s does not exist; nothing to run", plan_id)
         return None
-    if token is None:  # finished, or running under another delivery's live lease: this one is a duplicate
+    if claimed is None:  # finished, or running under another delivery's live lease: this one is a duplicate
         logger.info("plan %s is %s: this delivery has nothing to do", plan.pk, plan.status)
         return plan
     try:

@@ -7,13 +7,20 @@ A search runs in a pool process, which the kernel's OOM killer (or anyone) may k
 outlives it and is told at once (`PlanRequest.on_failure`, WorkerLostError): it gives the plan back to the
 queue and sends it again (`delivery.plan_lost`), and acknowledges the lost message, which frees the worker for
 the next plan. Should even that fail (the database away), the plan's lease lapses and the sweep recovers it.
+A worker's cold shutdown stops its pool processes itself (webui/celery.py): each gives its plan back before it
+exits (`stop_signal_once`, `delivery.plan_stopped`), and the main process keeps the message for the next worker.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from typing import Any
+import signal
+import threading
+from types import FrameType
+from typing import Any, Iterator
 
+from billiard import current_process
 from billiard.exceptions import Terminated, WorkerLostError
 from celery import Task, shared_task
 from celery.worker import state as worker_state
@@ -29,6 +36,10 @@ logger = logging.getLogger(__name__)
 KILLED = (WorkerLostError,)
 STOPPED = (Terminated, SystemExit, KeyboardInterrupt)
 
+# Set in the worker's main process when its cold shutdown begins (webui/celery.py `stop_searches_first`), before
+# its pool processes are stopped, which Celery's own shutdown flags may not yet say.
+searches_stopping = threading.Event()
+
 
 class PlanRequest(Request):
     """A plan task's request as the worker's main process handles it."""
@@ -38,9 +49,15 @@ class PlanRequest(Request):
         if isinstance(error, KILLED + STOPPED) and self.args:
             holder = delivery.lease_holder(hostname=self.hostname, pid=self.worker_pid, task_id=self.id)
             # A worker that is shutting down, or stops its own process, keeps the message: nothing is sent again.
-            shutting_down = bool(worker_state.should_stop or worker_state.should_terminate)
+            shutting_down = bool(worker_state.should_stop or worker_state.should_terminate
+                                 or searches_stopping.is_set())
             plan_give_back(plan_id=self.args[0], holder=holder if self.worker_pid else None,
                            send=isinstance(error, KILLED) and not shutting_down, reason=repr(error))
+            if shutting_down:
+                # As Celery does with a search it cancels itself: the message stays unacknowledged, and the broker
+                # gives it to the next worker (Celery would acknowledge a lost process's message, and lose it).
+                worker_state.task_ready(self)
+                return
         super().on_failure(exc_info, send_failed_event=send_failed_event, return_ok=return_ok)
 
 
@@ -63,4 +80,31 @@ def plan_give_back(*, plan_id: int, holder: str | None, send: bool, reason: str)
              autoretry_for=(OperationalError, InterfaceError), retry_backoff=True, retry_backoff_max=60, max_retries=5)
 def plan_run_task(self: Task, plan_id: int) -> None:
     holder = delivery.lease_holder(hostname=self.request.hostname, pid=os.getpid(), task_id=self.request.id)
-    services.plan_run(plan_id=plan_id, holder=holder)
+    with stop_signal_once():
+        services.plan_run(plan_id=plan_id, holder=holder)
+
+
+@contextlib.contextmanager
+def stop_signal_once() -> Iterator[None]:
+    """In a pool process, the first SIGTERM stops the search as billiard's handler does (SystemExit, the process
+    on its way out), and holds every later one off: a cold shutdown may send two (`webui.celery.stop_searches_first`
+    and Celery's cancel), and billiard's handler leaves the second to kill the process before
+    `services.plan_run` has given the plan back. Elsewhere (a solo or thread pool, a test) nothing changes: the
+    search runs in the worker's main process, whose SIGTERM is Celery's warm shutdown."""
+    if current_process().name == "MainProcess" or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # pending until the process exits
+        if callable(previous):
+            previous(signum, frame)  # billiard's: SystemExit, with the job reported lost rather than failed
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGTERM) is stop:
+            signal.signal(signal.SIGTERM, previous)

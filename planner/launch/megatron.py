@@ -65,6 +65,8 @@ def _parallel(job: Job, arg, em: Emitter) -> None:
         _uneven_stages(job, arg, em)
     if job.vpp > 1:  # interleaved 1F1B: the virtual-stage count directly (it also allows uneven stages)
         arg("--num-virtual-stages-per-pipeline-rank", job.vpp)
+        if not job.spec.training.pp_comm_overlap:
+            arg("--no-overlap-p2p-communication")
     if job.cp > 1:
         arg("--context-parallel-size", job.cp)
     if job.ep > 1:
@@ -151,6 +153,9 @@ def _mechanisms(job: Job, arg, em: Emitter) -> None:
         arg("--fp8-param-gather")
     if t.ep_comm_overlap and job.ep > 1:
         arg("--overlap-moe-expert-parallel-comm")
+    if t.precision == "fp8" and t.fp8_saved_inputs == "bf16":
+        em.note("fp8_saved_inputs bf16: Transformer Engine keeps each FP8 linear's 1-byte input for the backward, "
+                "so activations take less memory than the plan assumed")
     if t.checkpoint_impl == "pytorch" and job.recompute != "none":
         em.note("checkpoint_impl pytorch (PyTorch's checkpointing stops early; its selective policy gathers the "
                 "sequence-parallel inputs again): Megatron reruns the whole layer, so full recompute costs "

@@ -63,6 +63,9 @@ def _training(job: Job, key, em: Emitter) -> None:
         key("quantize.linear.float8", "recipe_name", t.fp8_recipe)
         if t.fp8_param_gather:
             key("quantize.linear.float8", "enable_fsdp_float8_all_gather", True)
+    if t.precision == "fp8" and t.fp8_saved_inputs == "fp8":
+        em.note("fp8_saved_inputs fp8: torchao float8 keeps each linear's 16-bit input for the backward, so "
+                "activations take more memory than the plan assumed")
     if t.attention == "cudnn":
         em.note("attention kernel cudnn: torchtitan's SDPA picks cuDNN attention on B200 and later only (torchtitan "
                 "#1196); on Hopper it runs FlashAttention-2, slower than the plan assumed")
@@ -120,6 +123,9 @@ def _pipeline(job: Job, key, em: Emitter) -> None:
     if job.pp == 1:
         return
     key("parallelism", "pipeline_parallel_schedule", SCHEDULE[job.vpp > 1])
+    if job.vpp > 1 and job.spec.training.pp_comm_overlap:
+        em.note("pp_comm_overlap: torchtitan's pipeline schedules wait for each receive before the chunk that needs "
+                "it, so stage hand-offs cost more than the plan assumed")
     key("parallelism", "pipeline_parallel_microbatch_size", job.micro_batch)
     per_virtual = job.layers_per_stage // job.vpp
     # torchtitan makes ceil(layers / layers_per_stage) stages (embedding and output counted as no layers

@@ -336,3 +336,18 @@ def test_the_costed_stack_behaviours_reach_megatron_and_torchtitan():
     spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1}, {"attention": "cudnn"})
     assert megatron_args(launch_config(spec, entry, "megatron").text)["--attention-backend"] == "fused"
     assert "cuDNN attention on B200 and later only" in " ".join(launch_config(spec, entry, "torchtitan").notes)
+    # What FP8 linears keep for the backward is the stack's own: Transformer Engine 1-byte inputs, torchao 16-bit.
+    for kept, megatron_note, titan_note in (("fp8", False, True), ("bf16", True, False)):
+        spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1}, {"precision": "fp8", "fp8_saved_inputs": kept})
+        assert ("fp8_saved_inputs bf16" in " ".join(launch_config(spec, entry, "megatron").notes)) == megatron_note
+        assert ("fp8_saved_inputs fp8" in " ".join(launch_config(spec, entry, "torchtitan").notes)) == titan_note
+
+
+def test_pipeline_overlap_reaches_megatron_and_torchtitan():
+    """Megatron-Core overlaps interleaved stage hand-offs by default; off, the export says so with its flag, and
+    torchtitan, whose schedules wait for each receive, gets a note when the plan assumed the overlap."""
+    for overlap in (True, False):
+        spec, entry = small_plan(H100_32, {"tp": 1, "pp": 4, "vpp": 2}, {"pp_comm_overlap": overlap})
+        m = megatron_args(launch_config(spec, entry, "megatron").text)
+        assert ("--no-overlap-p2p-communication" in m) == (not overlap)
+        assert ("pp_comm_overlap" in " ".join(launch_config(spec, entry, "torchtitan").notes)) == overlap

@@ -281,3 +281,26 @@ def test_specs_saved_with_recompute_early_stop_still_parse(catalog):
     assert parse_spec(doc, catalog).training.checkpoint_impl == "pytorch"
     doc["training"]["recompute_early_stop"] = False
     assert parse_spec(doc, catalog).training.checkpoint_impl == "megatron"
+
+
+@pytest.mark.parametrize("vpp", [1, 3])
+def test_interleaved_pipeline_hand_offs_run_behind_compute(catalog, gpt3_doc, vpp):
+    # GPT-3 on 1,024 A100s, PP 16 with v virtual stages: 2 (m v + p - 1) hand-offs per step. Overlapped (Megatron-Core's
+    # interleaved default), only the (p - 1) / (m v + p - 1) that fill and drain the pipeline wait, the rest at
+    # COMM_INTERFERENCE (0.3); without virtual stages Megatron does not overlap them.
+    gpt3_doc["layout"] = {"tp": 8, "pp": 16, "dp": 8, "micro_batch": 1, "vpp": vpp, "sequence_parallel": True,
+                          "recompute": "full", "zero": 1}
+    times = {}
+    for overlap in (False, True):
+        gpt3_doc["training"]["pp_comm_overlap"] = overlap
+        p = best(gpt3_doc, catalog)
+        times[overlap] = p["time_s"]["pp_comm"]
+        (sends,) = [c for c in p["comm"] if c["group"] == "pp"]
+        micro = gpt3_doc["training"]["global_batch"] // 8
+        assert sends["calls_per_step"] == 2 * (micro * vpp + 16 - 1)
+        # the report rounds comm entries to 6 significant digits
+        assert times[overlap] == pytest.approx(sends["exposed_s"], rel=1e-5)
+        assert sends["time_s"] == pytest.approx(times[False], rel=1e-5)
+    fill = 15 / (micro * vpp + 15)
+    assert times[True] == pytest.approx(times[False] * (fill + 0.3 * (1 - fill) if vpp > 1 else 1.0))
+    assert (times[True] < times[False]) == (vpp > 1)

@@ -53,6 +53,21 @@ def test_gqa_gated_activations(catalog, gpt3_doc):
     assert stored[0] == pytest.approx((8 * h + 2 * h + 4 * kvd + 2 * h + 6 * f) / 8)
 
 
+@pytest.mark.parametrize("saved, sp", [("fp8", True), ("fp8", False), ("bf16", True)])
+def test_fp8_linears_keep_their_one_byte_inputs(catalog, gpt3_doc, saved, sp):
+    # Transformer Engine keeps the FP8 cast of the QKV, MLP-up and down-projection inputs (1 byte, not 2) and an
+    # FP8 copy of the attention output beside the 16-bit one; torchao float8 (bf16) keeps the 16-bit inputs.
+    gpt3_doc["model"] = dict(catalog["model"]["Llama 3 70B"])
+    gpt3_doc["training"].update(precision="fp8", fp8_saved_inputs=saved)
+    gpt3_doc["cluster"]["gpu"] = "H100 SXM5 80GB"
+    spec = parse_spec(gpt3_doc, catalog)
+    h, kvd, f = 8192, 1024, 28672
+    stored, _ = activation_bytes_per_token(spec.model, spec.training, layouts(tp=8, sp=sp))
+    replicated = (6 * h if saved == "fp8" else 8 * h) / (8 if sp else 1)
+    split = 2 * h + 4 * kvd + 2 * h + (h + 4 * f + f if saved == "fp8" else 6 * f)
+    assert stored[0] == pytest.approx(replicated + split / 8)
+
+
 def test_weights_per_gpu_for_gpt3_tp8_pp16(gpt3):
     pc = param_count(gpt3.model)
     p = params_on_gpu(gpt3.model, pc, layouts(tp=8, pp=16, dp=8))

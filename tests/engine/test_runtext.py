@@ -95,3 +95,33 @@ def test_block_level_checkpointing_recomputes_the_share_its_flops_show():
 ])
 def test_moe_all_to_all_overlap_as_the_row_states_it(notes, overlap):
     assert rt.ep_overlap({"notes": notes}) is overlap
+
+
+@pytest.mark.parametrize("row, overlapped", [
+    ({"notes": "Megatron-LM examples/moe_recipes README row; VPP4"}, True),
+    ({"notes": "NeMo container 26.04 (Megatron-Bridge v0.4.0)"}, True),
+    ({"notes": "NeMo container 26.04; --no-overlap-p2p-communication"}, False),
+    ({"notes": "Megatron-Core; overlap_p2p_comm: false"}, False),
+    ({"pipeline_schedule": "interleaved 1F1B (Megatron-LM), maximum chunks", "notes": "Zero Bubble"}, False),
+    ({"notes": "End-to-end throughput", "source": {"title": "Narayanan et al. 2021"}}, False),
+    ({"notes": "torchtitan, Interleaved1F1B"}, False),
+])
+def test_pipeline_hand_offs_overlap_on_megatron_core_stacks(row, overlapped):
+    assert rt.pp_overlap(row) is overlapped
+
+
+TT_2024 = "torch 1963fc8 (2024-12-23), torchao eab345c (2024-12-23), torchtitan 9dec370 (2024-12-26) per the doc."
+
+
+@pytest.mark.parametrize("row, expected", [
+    # before torchtitan #1073: as many micro-batches as PP ranks; two stages per rank for multi-stage schedules
+    ({"pp": 8, "notes": TT_2024, "pipeline_schedule": "Interleaved 1F1B (doc)"}, (8, None, 2)),
+    ({"pp": 8, "notes": TT_2024, "pipeline_schedule": "1F1B (doc)"}, (8, None, 1)),
+    # since: micro-batches of one sequence
+    ({"pp": 4, "notes": "torchtitan 5e2033c (2025-06-01)", "pipeline_schedule": "ZBVZeroBubble"}, (None, 1, 2)),
+    # undated: the stages per rank only; another stack: nothing
+    ({"pp": 4, "notes": "torchtitan, Interleaved1F1B", "pipeline_schedule": "Interleaved 1F1B"}, (None, None, 2)),
+    ({"pp": 4, "notes": "Megatron-Core (2024-12-26)", "pipeline_schedule": "Interleaved 1F1B"}, None),
+])
+def test_torchtitan_pipeline_defaults_by_version(row, expected):
+    assert rt.torchtitan_pipeline(row) == expected

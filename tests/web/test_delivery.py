@@ -146,6 +146,51 @@ def test_a_transient_database_error_gives_the_plan_back_for_the_retry(queued, mo
     assert services.plan_run(plan_id=queued.pk).status == "done"  # what Celery's retry then does
 
 
+@pytest.mark.parametrize("stop", [SystemExit(-241), KeyboardInterrupt()])
+def test_a_search_stopped_mid_way_gives_its_plan_back_before_the_process_exits(queued, sent, monkeypatch, stop):
+    def stopped(*args, **kwargs):  # billiard raises SystemExit inside the search when the worker stops it
+        raise stop
+    monkeypatch.setattr(planner, "plan", stopped)
+    with pytest.raises(type(stop)):
+        services.plan_run(plan_id=queued.pk, holder="w1@host/4242/t-1")
+    queued.refresh_from_db()
+    assert (queued.status, queued.lease_token, queued.lease_expires_at, queued.attempts) == ("queued", None, None, 1)
+    # Not sent again: the stopping worker keeps the message, as when its main process gives the plan back.
+    assert queued.dispatched_at is not None and sent == []
+    monkeypatch.undo()
+    assert services.plan_run(plan_id=queued.pk).status == "done"  # what the next worker to start does
+
+
+def test_a_search_stopped_during_its_claim_gives_the_plan_back_too(queued, sent, monkeypatch):
+    claim = delivery.plan_claim
+
+    def claimed_then_stopped(**kwargs):  # the stop lands after the claim's UPDATE, before it returns
+        claim(**kwargs)
+        raise SystemExit(-241)
+    monkeypatch.setattr(delivery, "plan_claim", claimed_then_stopped)
+    with pytest.raises(SystemExit):
+        services.plan_run(plan_id=queued.pk, holder="w1@host/4242/t-1")
+    queued.refresh_from_db()
+    assert (queued.status, queued.lease_token, queued.attempts) == ("queued", None, 1) and sent == []
+
+
+def test_a_stopped_search_gives_back_only_its_own_running_lease(queued, settings):
+    plan, token = delivery.plan_claim(plan_id=queued.pk)
+    assert delivery.plan_stopped(plan_id=plan.pk, token=delivery.lease_token("someone else")) == ""
+    done = delivery.plan_store(plan=plan, token=token, status="done", result={"plans": []})
+    assert delivery.plan_stopped(plan_id=done.pk, token=token) == ""  # finished just before the stop: stays finished
+    done.refresh_from_db()
+    assert done.status == "done" and done.result == {"plans": []}
+
+
+def test_a_search_stopped_too_often_fails_with_a_message(queued, settings):
+    Plan.objects.filter(pk=queued.pk).update(attempts=settings.PLAN_MAX_ATTEMPTS - 1)
+    plan, token = delivery.plan_claim(plan_id=queued.pk)
+    assert delivery.plan_stopped(plan_id=plan.pk, token=token) == "failed"
+    plan.refresh_from_db()
+    assert plan.status == "failed" and plan.lease_token is None
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The sweep: lapsed leases and the outbox
 
@@ -163,7 +208,7 @@ def test_the_sweep_requeues_and_resends_a_search_whose_worker_died(queued, sent)
 
 def test_a_lost_search_process_gives_its_plan_back_at_once_and_it_is_sent_again(queued, sent):
     holder = delivery.lease_holder(hostname="w1@host", pid=4242, task_id="t-1")
-    plan, token = delivery.plan_claim(plan_id=queued.pk, holder=holder)
+    plan, token = delivery.plan_claim(plan_id=queued.pk, token=delivery.lease_token(holder))
     assert token == delivery.lease_token(holder) and plan.status == "running"
     assert delivery.plan_lost(plan_id=plan.pk, holder=holder) == "requeued"  # no lease had to lapse
     plan.refresh_from_db()
@@ -174,7 +219,7 @@ def test_a_lost_search_process_gives_its_plan_back_at_once_and_it_is_sent_again(
 
 def test_a_lost_process_gives_back_only_its_own_lease(queued, sent):
     mine = delivery.lease_holder(hostname="w1@host", pid=4242, task_id="t-1")
-    plan, _ = delivery.plan_claim(plan_id=queued.pk, holder=mine)
+    plan, _ = delivery.plan_claim(plan_id=queued.pk, token=delivery.lease_token(mine))
     # A duplicate delivery of the same message in another process found the plan taken and died: not its lease.
     other = delivery.lease_holder(hostname="w2@host", pid=4242, task_id="t-1")
     assert delivery.plan_lost(plan_id=plan.pk, holder=other) == ""
@@ -185,7 +230,7 @@ def test_a_lost_process_gives_back_only_its_own_lease(queued, sent):
 
 def test_a_search_cut_off_by_a_shutdown_goes_back_to_the_queue_with_its_message_kept(queued, sent):
     holder = "w1@host/4242/t-1"
-    plan, _ = delivery.plan_claim(plan_id=queued.pk, holder=holder)
+    plan, _ = delivery.plan_claim(plan_id=queued.pk, token=delivery.lease_token(holder))
     assert delivery.plan_lost(plan_id=plan.pk, holder=holder, send=False) == "requeued"
     plan.refresh_from_db()
     assert (plan.status, plan.lease_token, plan.attempts) == ("queued", None, 1)
@@ -201,7 +246,7 @@ def test_a_process_lost_before_it_claimed_the_plan_sends_it_again(queued, sent):
 def test_a_plan_whose_search_process_dies_too_often_fails_with_a_message(queued, sent, settings):
     holder = "w1@host/4242/t-1"
     Plan.objects.filter(pk=queued.pk).update(attempts=settings.PLAN_MAX_ATTEMPTS - 1)
-    plan, _ = delivery.plan_claim(plan_id=queued.pk, holder=holder)
+    plan, _ = delivery.plan_claim(plan_id=queued.pk, token=delivery.lease_token(holder))
     assert delivery.plan_lost(plan_id=plan.pk, holder=holder) == "failed"
     plan.refresh_from_db()
     assert plan.status == "failed" and plan.lease_token is None and sent == []

@@ -193,6 +193,33 @@ def test_a_killed_pool_process_frees_the_worker_at_once(seeded, broker_env, spaw
     assert worker.count("its search process was lost") == 1, outputs(worker)
 
 
+def test_a_worker_stopped_mid_search_hands_its_plan_to_a_worker_still_running(seeded, broker_env, spawn):
+    env = {**broker_env, **LONG_LEASE}
+    web = spawn(WebServer(env))
+    workers = [spawn(WorkerProcess(env, name=name)) for name in ("first", "second")]
+    plan = submit(web, MOE_SPEC)
+    wait_for_status(plan, ("running", "done", "failed"), timeout=60, every=0.01)
+    # One search per worker: only one took the message (its log line may reach us a moment after the claim).
+    assert wait_until(lambda: any(w.count("] received") for w in workers), 5), outputs(*workers)
+    [holder] = [w for w in workers if w.count("] received")]
+    [other] = [w for w in workers if w is not holder]
+    os.kill(holder.proc.pid, signal.SIGQUIT)  # a cold shutdown, as `systemctl stop` with KillSignal=SIGQUIT sends
+    stopped_at = timezone.now()
+    holder.proc.wait(timeout=20)
+
+    wait_for_status(plan, ("done", "failed"), timeout=90)
+    assert plan.status == "done", f"{plan.status} {plan.error}\n{outputs(holder, other)}"
+    # Given back by the stopped search itself, and searched again by the other worker within seconds (the lease
+    # outlasts the test), once: the stopped worker's message went back to the broker. Redis may hand it out twice
+    # (the stopping worker restores it, and so may the other's visibility sweep); a second delivery does nothing.
+    assert holder.count(f"plan {plan.pk}: stopped mid-search: requeued") == 1, outputs(holder)
+    assert plan.started_at - stopped_at < timedelta(seconds=20), outputs(holder, other)
+    time.sleep(2)  # long enough for such a duplicate to arrive
+    plan.refresh_from_db()
+    assert plan.attempts == 2, outputs(holder, other)
+    assert other.count("this delivery has nothing to do") == other.count("] received") - 1, outputs(other)
+
+
 def descendants(pid: int) -> set[int]:
     """Every process below `pid`, however deep (make -> serve -> gunicorn and celery -> their children)."""
     found: set[int] = set()
@@ -253,9 +280,10 @@ def test_make_run_stops_the_web_server_and_the_worker_within_10_s_mid_search(see
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert not web.answers()
-    # The search cut off is not lost: the worker gave its plan back, and the next worker to start searches it.
+    # The search cut off is not lost: its pool process gave the plan back, and the next worker to start searches it.
     plan.refresh_from_db()
     assert (plan.status, plan.attempts, plan.lease_token) == ("queued", 1, None), log.read_text()[-3000:]
+    assert f"plan {plan.pk}: stopped mid-search: requeued" in log.read_text()  # by the pool process itself
     worker = spawn(WorkerProcess(env))
     wait_for_status(plan, ("done", "failed"), timeout=60)
     assert (plan.status, plan.attempts) == ("done", 2), f"{plan.error}\n{outputs(worker)}"

@@ -1,0 +1,58 @@
+"""The worker's cold shutdown stops its search processes first (webui/celery.py `stop_searches_first`), here in
+this process with a real child process standing in for a pool process; the whole `make run` is stopped
+mid-search, over both brokers, in test_faults.py."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from webui import celery as worker_wiring
+from webui import tasks
+
+
+@pytest.fixture
+def sigquit():
+    """Restores this process's SIGQUIT handler and the shutdown flag afterwards."""
+    before = signal.getsignal(signal.SIGQUIT)
+    yield
+    signal.signal(signal.SIGQUIT, before)
+    tasks.searches_stopping.clear()
+
+
+def test_a_cold_shutdown_stops_every_pool_process_before_celery_handles_it(sigquit):
+    pool_process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    seen: list[tuple[str, object]] = []
+
+    def celery_handler(signum, frame):  # what Celery's cold shutdown then finds
+        seen.append(("celery", (tasks.searches_stopping.is_set(), pool_process.poll())))
+
+    signal.signal(signal.SIGQUIT, celery_handler)
+    consumer = SimpleNamespace(pool=SimpleNamespace(info={"processes": [pool_process.pid]}))
+    worker_wiring.stop_searches_first(sender=consumer)
+    worker_wiring.stop_searches_first(sender=consumer)  # ready again after a reconnect: wrapped once only
+    try:
+        signal.raise_signal(signal.SIGQUIT)
+        assert pool_process.wait(timeout=10) == -signal.SIGTERM
+        assert len(seen) == 1 and seen[0][1][0] is True  # the shutdown was noted before Celery's handler ran
+        assert signal.getsignal(signal.SIGQUIT) is celery_handler  # Celery's own handler takes any next signal
+    finally:
+        pool_process.kill()
+        pool_process.wait()
+
+
+def test_a_pool_of_threads_or_a_solo_worker_is_left_as_celery_made_it(sigquit):
+    calls: list[int] = []
+
+    def celery_handler(signum, frame):
+        calls.append(signum)
+
+    signal.signal(signal.SIGQUIT, celery_handler)
+    worker_wiring.stop_searches_first(sender=SimpleNamespace(pool=None))
+    assert signal.getsignal(signal.SIGQUIT) is celery_handler
+    worker_wiring.stop_searches_first(sender=SimpleNamespace(pool=SimpleNamespace(info={"max-concurrency": 4})))
+    signal.raise_signal(signal.SIGQUIT)  # no processes to stop: straight on to Celery's handler
+    assert calls == [signal.SIGQUIT] and signal.getsignal(signal.SIGQUIT) is celery_handler
