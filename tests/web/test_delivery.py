@@ -4,6 +4,7 @@ paths with real processes, a SIGKILLed worker and a restarted Redis are in test_
 from __future__ import annotations
 
 import copy
+import logging
 import resource
 from datetime import timedelta
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 from django.core.management import call_command
-from django.db import OperationalError
+from django.db import OperationalError, connection
 from django.utils import timezone
 
 import planner
@@ -172,6 +173,37 @@ def test_a_search_stopped_during_its_claim_gives_the_plan_back_too(queued, sent,
         services.plan_run(plan_id=queued.pk, holder="w1@host/4242/t-1")
     queued.refresh_from_db()
     assert (queued.status, queued.lease_token, queued.attempts) == ("queued", None, 1) and sent == []
+
+
+def _mid_query() -> None:
+    """What a stop landing inside a query leaves: psycopg sent a command and waits for its answer in Python,
+    where billiard's SystemExit is raised; the connection is still busy with it."""
+    if connection.vendor != "postgresql":
+        pytest.skip("only psycopg waits for the server in Python code, where a signal handler can run")
+    connection.connection.pgconn.send_query(b"SELECT pg_sleep(0.5)")
+
+
+def _closed_under_it() -> None:
+    connection.connection.close()  # the DB-API connection gone, Django's wrapper not told
+
+
+@pytest.mark.django_db(transaction=True)  # the give-back opens a new connection: not inside the test's transaction
+@pytest.mark.parametrize("broken", [_mid_query, _closed_under_it])
+def test_a_search_stopped_mid_query_gives_its_plan_back_on_a_new_connection(seeded, small_spec, sent, monkeypatch,
+                                                                           broken, caplog):
+    caplog.set_level(logging.INFO, logger="webui.services")
+    plan = services.plan_create(spec=services.spec_parse(data=small_spec))
+
+    def stopped(*args, **kwargs):
+        broken()
+        raise SystemExit(-241)
+    monkeypatch.setattr(planner, "plan", stopped)
+    with pytest.raises(SystemExit):
+        services.plan_run(plan_id=plan.pk, holder="w1@host/4242/t-1")
+    plan.refresh_from_db()
+    assert (plan.status, plan.lease_token, plan.attempts) == ("queued", None, 1)
+    assert f"plan {plan.pk}: stopped mid-query; giving it back on a new database connection" in caplog.text
+    assert f"plan {plan.pk}: stopped mid-search: requeued" in caplog.text
 
 
 def test_a_stopped_search_gives_back_only_its_own_running_lease(queued, settings):
