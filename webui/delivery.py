@@ -30,7 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
@@ -168,6 +168,20 @@ def plan_stopped(*, plan_id: int, token: uuid.UUID) -> str:
 
 
 def _plan_give_back(*, plan_id: int, held: QuerySet[Plan], send: bool) -> str:
+    """Give the plan back, on a new database connection if this one is broken. Both callers run when a signal
+    struck: a stop's SystemExit is raised between two Python steps wherever the process was, inside a query too
+    (psycopg waits for the server in Python), which leaves the connection mid-command ("another command is
+    already in progress"). Trying again is safe: it changes only a plan still held."""
+    try:
+        return _plan_give_back_now(plan_id=plan_id, held=held, send=send)
+    except DatabaseError as err:
+        logger.info("plan %s: the database connection failed under the give-back (%s: %s); trying on a new one",
+                    plan_id, type(err).__name__, err)
+        connection.close()
+        return _plan_give_back_now(plan_id=plan_id, held=held, send=send)
+
+
+def _plan_give_back_now(*, plan_id: int, held: QuerySet[Plan], send: bool) -> str:
     now = timezone.now()
     if held.filter(attempts__gte=settings.PLAN_MAX_ATTEMPTS).update(
             status=Plan.Status.FAILED, lease_token=None, lease_expires_at=None, finished_at=now,

@@ -18,7 +18,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core import serializers
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 import planner
@@ -229,24 +229,12 @@ def plan_run(*, plan_id: int, holder: str | None = None) -> Plan | None:
         return _plan_run(plan_id=plan_id, token=token)
     except (SystemExit, KeyboardInterrupt):
         try:
-            outcome = _plan_give_back_on_stop(plan_id=plan_id, token=token)
+            outcome = delivery.plan_stopped(plan_id=plan_id, token=token)
             logger.warning("plan %s: stopped mid-search: %s", plan_id,
                            outcome or "nothing to give back (not claimed yet, or its answer stored)")
         except DatabaseError:  # the lease lapses and the sweep recovers the plan
             logger.exception("plan %s: stopped mid-search; could not give it back, its lease will lapse", plan_id)
         raise
-
-
-def _plan_give_back_on_stop(*, plan_id: int, token: uuid.UUID) -> str:
-    """`delivery.plan_stopped`, on a new database connection if this one is broken. The stop is a signal, run
-    between two Python steps wherever the search was: inside a query too (psycopg waits for the server in Python),
-    which leaves the connection mid-command ("another command is already in progress")."""
-    try:
-        return delivery.plan_stopped(plan_id=plan_id, token=token)
-    except DatabaseError:
-        logger.info("plan %s: stopped mid-query; giving it back on a new database connection", plan_id)
-        connection.close()
-        return delivery.plan_stopped(plan_id=plan_id, token=token)
 
 
 def _plan_run(*, plan_id: int, token: uuid.UUID) -> Plan | None:

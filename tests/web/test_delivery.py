@@ -191,7 +191,7 @@ def _closed_under_it() -> None:
 @pytest.mark.parametrize("broken", [_mid_query, _closed_under_it])
 def test_a_search_stopped_mid_query_gives_its_plan_back_on_a_new_connection(seeded, small_spec, sent, monkeypatch,
                                                                            broken, caplog):
-    caplog.set_level(logging.INFO, logger="webui.services")
+    caplog.set_level(logging.INFO, logger="webui")
     plan = services.plan_create(spec=services.spec_parse(data=small_spec))
 
     def stopped(*args, **kwargs):
@@ -202,8 +202,21 @@ def test_a_search_stopped_mid_query_gives_its_plan_back_on_a_new_connection(seed
         services.plan_run(plan_id=plan.pk, holder="w1@host/4242/t-1")
     plan.refresh_from_db()
     assert (plan.status, plan.lease_token, plan.attempts) == ("queued", None, 1)
-    assert f"plan {plan.pk}: stopped mid-query; giving it back on a new database connection" in caplog.text
+    assert f"plan {plan.pk}: the database connection failed under the give-back (" in caplog.text
     assert f"plan {plan.pk}: stopped mid-search: requeued" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("broken", [_mid_query, _closed_under_it])
+def test_a_lost_process_is_given_back_on_a_new_connection_too(seeded, small_spec, sent, broken):
+    # The worker's main process gives back from inside Celery's shutdown, itself run by a signal handler.
+    plan = services.plan_create(spec=services.spec_parse(data=small_spec))
+    holder = "w1@host/4242/t-1"
+    assert delivery.plan_claim(plan_id=plan.pk, token=delivery.lease_token(holder))[1] is not None
+    broken()
+    assert delivery.plan_lost(plan_id=plan.pk, holder=holder, send=False) == "requeued"
+    plan.refresh_from_db()
+    assert (plan.status, plan.lease_token, plan.attempts) == ("queued", None, 1)
 
 
 def test_a_stopped_search_gives_back_only_its_own_running_lease(queued, settings):
