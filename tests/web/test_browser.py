@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from django.db import connections
 
 from planner.catalog import load_catalog
 
@@ -37,6 +38,9 @@ def browser(monkeypatch):
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         yield browser
         browser.close()
+        # Database calls made while Playwright's loop ran opened a connection that Django's own teardown, outside
+        # that loop, does not see; left open, it keeps PostgreSQL from dropping the test database at the end.
+        connections.close_all()
 
 
 def test_a_new_user_plans_a_job_and_shares_the_link(web, worker, seeded, browser):

@@ -180,7 +180,7 @@ def _mid_query() -> None:
     where billiard's SystemExit is raised; the connection is still busy with it."""
     if connection.vendor != "postgresql":
         pytest.skip("only psycopg waits for the server in Python code, where a signal handler can run")
-    connection.connection.pgconn.send_query(b"SELECT pg_sleep(0.5)")
+    connection.connection.pgconn.send_query(b"SELECT pg_sleep(0.2)")
 
 
 def _closed_under_it() -> None:
