@@ -112,7 +112,8 @@ def for_gpu(gpu_name: str, prec: str, snapshot: dict[str, Any] | None = None) ->
     text = (f"±{figures['median_abs_err']:.0%}: median over {modelled} published {who} "
             f"run{'s' if modelled != 1 else ''} (worst {figures['max_abs_err']:.0%})")
     if out["not_modelled"]:
-        text += f"; {out['not_modelled']} more such runs could not be modelled"
+        more = out["not_modelled"]
+        text += f"; {more} more such run{'s' if more != 1 else ''} could not be modelled"
     if out["measured_with"]["stale"]:
         text += "; measured with an earlier build of the engine"
     out["statement"] = text + "."

@@ -151,6 +151,13 @@ def test_a_plan_quotes_the_error_on_runs_of_its_gpu_generation_and_precision(sma
     assert "B200 FP8" in none["statement"]
 
 
+def test_one_run_is_said_as_one_run(small):
+    one = dict(small, by_generation_precision={
+        "GB200 bf16": {"modelled": 1, "measured": 2, "median_abs_err": 0.031, "max_abs_err": 0.031}})
+    assert accuracy.for_gpu("GB200", "bf16", one)["statement"] == \
+        "±3%: median over 1 published GB200 BF16 run (worst 3%); 1 more such run could not be modelled."
+
+
 def test_figures_from_another_engine_build_are_flagged(small):
     other = dict(small, engine={"version": "0.9", "fingerprint": "0000000000000000"})
     found = accuracy.for_gpu("V100 SXM3 32GB", "fp16", other)

@@ -90,6 +90,14 @@ def test_a_plan_page_states_the_error_on_comparable_published_runs(client, small
     assert body["result"]["accuracy"]["statement"] == stated["statement"]
 
 
+def test_a_plan_compared_with_one_published_run_says_run(client, small_spec, seeded):
+    plan = services.plan_run(plan_id=make_plan(small_spec).pk)
+    result = {**plan.result, "accuracy": {**plan.result["accuracy"], "runs": 1}}  # as for GB200 BF16: one run
+    Plan.objects.filter(pk=plan.pk).update(result=result)
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert "on 1 published run</small>" in page
+
+
 def test_a_plan_answered_before_the_statement_existed_still_states_it(client, small_spec, seeded):
     plan = services.plan_run(plan_id=make_plan(small_spec).pk)
     Plan.objects.filter(pk=plan.pk).update(result={k: v for k, v in plan.result.items() if k != "accuracy"})
