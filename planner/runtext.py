@@ -145,13 +145,16 @@ def ep_overlap(row: dict[str, Any]) -> bool:
 
 def pp_overlap(row: dict[str, Any]) -> bool:
     """Pipeline hand-offs overlapped with compute for Megatron-Core stacks (Transformer Engine, NeMo, the MoE
-    recipes), whose interleaved schedule does it by default, unless the row says --no-overlap-p2p-communication;
-    off for every other stack: Megatron-LM before Megatron-Core (2020-21; the Zero Bubble fork, whose runtime
-    asserts batched p2p without overlap) and torch.distributed.pipelining (torchtitan), which waits for each
-    receive before the chunk that needs it."""
+    recipes), whose interleaved schedule does it by default, unless the row says --no-overlap-p2p-communication,
+    and for a stack the row says sends them by asynchronous point-to-point communication (Llama 3's, The Llama 3
+    Herd of Models, sec. 3.3.2); off for every other stack: Megatron-LM before Megatron-Core (2020-21; the Zero
+    Bubble fork, whose runtime asserts batched p2p without overlap) and torch.distributed.pipelining
+    (torchtitan), which waits for each receive before the chunk that needs it."""
     text = text_of(row, "notes", "arch_notes", "model", "pipeline_schedule", "precision")
     if re.search(r"no[-_ ]overlap[-_ ]p2p|overlap_p2p_comm\s*[:=]?\s*false", text):
         return False
+    if re.search(r"async(?:hronous)?[-_ ](?:point-to-point|p2p)", text):
+        return True
     return bool(TE_STACKS.search(text + " " + text_of(row, "source")))
 
 

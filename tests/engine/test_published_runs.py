@@ -54,18 +54,19 @@ NEWER = Path(__file__).parent / "data" / "newer_runs.json"
 
 
 def test_runs_on_newer_gpus_outside_the_fit(catalog):
-    """Llama 3 405B on 8,192 and 16,384 H100s (Llama 3 paper, Table 4), never used for fitting: within 12% (+8.0%
-    and +10.4%). Issue #8 had them 30-34% too slow: the rows left out the paper's optimizer sharding (ZeRO-1
+    """Llama 3 405B on 8,192 and 16,384 H100s (Llama 3 paper, Table 4), never used for fitting: within 10% (+5.9%
+    and +8.5%; +8.1% and +10.6% before the rows said that the paper's pipeline sends its hand-offs by asynchronous
+    point-to-point communication, sec. 3.3.2, which hides them behind compute). Issue #8 had them 30-34% too slow: the rows left out the paper's optimizer sharding (ZeRO-1
     equivalent), and the search offered no selective recomputation under flash attention, so a stage that needs
     99 GiB without recomputation (ZeRO-1; 129 GiB with ZeRO-0) fell back to full recomputation: a whole repeated
     forward and its TP collectives, +3.8 s of 16.4 s at 8K GPUs. Selective keeps it at 57 GiB. DP and PP communication were under 0.5 s exposed each.
-    The 128K-context stage is reported, not held (-1.8% today): its MFU convention for causal attention is not
+    The 128K-context stage is reported, not held (-2.6% today): its MFU convention for causal attention is not
     stated, and at 128K tokens attention is most of the FLOPs, so the measured step time is uncertain by ~1.4x."""
     comparisons = compare(load_rows(NEWER), catalog)
     print("\n" + error_table(comparisons))
     by_id = {c.id: c for c in comparisons}
     for run in ("llama3_405b_8k_gpus", "llama3_405b_16k_gpus"):
-        assert abs(by_id[run].error) <= 0.12, error_table(comparisons)
+        assert abs(by_id[run].error) <= 0.10, error_table(comparisons)
     assert by_id["llama3_405b_16k_gpus_128k_context"].predicted_s is not None
 
 

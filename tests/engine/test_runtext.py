@@ -105,6 +105,9 @@ def test_moe_all_to_all_overlap_as_the_row_states_it(notes, overlap):
     ({"pipeline_schedule": "interleaved 1F1B (Megatron-LM), maximum chunks", "notes": "Zero Bubble"}, False),
     ({"notes": "End-to-end throughput", "source": {"title": "Narayanan et al. 2021"}}, False),
     ({"notes": "torchtitan, Interleaved1F1B"}, False),
+    ({"notes": "Pipeline stages exchange activations and gradients by asynchronous point-to-point communication"},
+     True),  # Llama 3's own stack (Llama 3 paper, sec. 3.3.2)
+    ({"notes": "async p2p between stages"}, True),
 ])
 def test_pipeline_hand_offs_overlap_on_megatron_core_stacks(row, overlapped):
     assert rt.pp_overlap(row) is overlapped
