@@ -113,6 +113,11 @@ DP_OVERLAP_EFFICIENCY = 0.8
 # overlapped compute). FITTED within [0.05, 0.3].
 COMM_INTERFERENCE = 0.3
 
+# Pinned-memory copies between a GPU and CPU memory reach about this fraction of the host link's rate each way
+# (PCIe: 128b/130b encoding and TLP headers; NVIDIA's bandwidthTest gives ~26 of 32 GB/s each way on PCIe 4.0 x16
+# A100 systems). Activation offloading's copies run on the copy engines, beside the compute, not on its SMs.
+HOST_COPY_EFFICIENCY = 0.8
+
 # Part of every identical-request hash (webui/services.py): a new version never reuses an answer of the old one.
 # 2.0: per-GPU constants as catalog data, FSDP/ZeRO-3 per-layer gathers, overlap and FP8 recipe costs, CP costs,
 # ZeRO-2 per-micro-batch reductions, refit on both reference files (issue 8).
@@ -127,7 +132,8 @@ COMM_INTERFERENCE = 0.3
 # GPU's cudnn_attention_efficiency.
 # 2.6: training.fp8_saved_inputs (Transformer Engine keeps FP8 linears' 1-byte inputs for the backward) and
 # training.pp_comm_overlap (Megatron-Core's interleaved schedule overlaps stage hand-offs with compute).
-ENGINE_VERSION = "2.6"
+# 2.7: training.activation_offload_layers (activations in CPU memory over cluster.node.host_gbytes_per_s).
+ENGINE_VERSION = "2.7"
 
 
 def as_dict() -> dict[str, float]:

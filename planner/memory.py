@@ -184,18 +184,27 @@ def _gathered_layers(m: ModelSpec, training: TrainingSpec, pc: ParamCount, lay: 
     return np.where(lay.zero >= 3, per_layer * (2 * C.WEIGHT_BYTES + grad), 0.0)
 
 
+def offloaded_layers(training: TrainingSpec, n: np.ndarray) -> np.ndarray:
+    """Layers of a stage of n whose saved activations go to CPU memory (training.activation_offload_layers), at
+    most n - 1: Megatron-Core offloads fewer layers than it has, the last one's activations being needed at once."""
+    return np.minimum(training.activation_offload_layers, np.maximum(n - 1, 0))
+
+
 def _activations(m: ModelSpec, training: TrainingSpec, lay: Layouts) -> np.ndarray:
     tokens = lay.micro_batch * m.seq_len / lay.cp
     stored, working = activation_bytes_per_token(m, training, lay)
     n = stage_layers(m.layers, lay.pp)
     in_flight = np.minimum(lay.pp, lay.microbatches(training.global_batch))
     interleave = np.where(lay.vpp > 1, 1.0 + (lay.pp - 1) / (lay.pp * lay.vpp), 1.0)
-    first_stage = tokens * stored * n * in_flight * interleave
+    # Offloaded layers keep their activations in CPU memory; two stay on the GPU, one being copied out during the
+    # forward and one brought back ahead of its backward (Transformer Engine's double-buffered offload handler).
+    k = offloaded_layers(training, n)
+    first_stage = tokens * stored * ((n - k) * in_flight * interleave + np.minimum(k, 2))
     # Full recomputation rebuilds one layer's activations at a time during the backward pass.
     first_stage = first_stage + np.where(lay.full_share > 0, tokens * working, 0.0)
     # The last stage keeps fp32 logits of one micro-batch for the loss (vocab-parallel cross-entropy).
     logits = tokens * m.vocab / lay.tp * 4.0
-    last_stage = tokens * stored * n + logits
+    last_stage = tokens * stored * (n - k + np.minimum(k, 2)) + logits
     return np.where(lay.pp == 1, first_stage + logits, np.maximum(first_stage, last_stage))
 
 

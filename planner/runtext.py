@@ -158,6 +158,28 @@ def pp_overlap(row: dict[str, Any]) -> bool:
     return bool(TE_STACKS.search(text + " " + text_of(row, "source")))
 
 
+# How a row says that it kept some layers' activations in CPU memory (Megatron-Core / NeMo cpu_offloading_num_layers).
+OFFLOAD_LAYERS = (
+    re.compile(r"cpu[-_ ]offloading[-_ ]num[-_ ]layers\s*[:=]?\s*(\d+)"),
+    re.compile(r"offload(?:s|ing|ed)?\s+(?:the\s+)?(?:saved\s+)?(?:activations?\s+of\s+)?(\d+)\s+(?:transformer\s+)?"
+               r"layers"),
+    re.compile(r"(\d+)\s+(?:transformer\s+)?layers'?\s+(?:of\s+)?activations?\s+(?:are\s+|were\s+)?offloaded"),
+    re.compile(r"activation\s+(?:cpu\s+)?offload(?:ing)?\s*[:=]\s*(\d+)\s+layers"),
+)
+
+
+def offload_layers(row: dict[str, Any]) -> int:
+    """Layers whose activations the run kept in CPU memory, as the row states them ("cpu_offloading_num_layers:
+    20", "offloads the activations of 30 layers"); 0 where it says none or does not say. Offloading named modules
+    rather than layers (Megatron-Core's fine-grained offloading) is not counted: the engine has no such option."""
+    text = text_of(row, "notes", "recompute", "arch_notes", "optimizer_sharding", "fabric_notes")
+    for pattern in OFFLOAD_LAYERS:
+        found = pattern.search(text)
+        if found:
+            return int(found.group(1))
+    return 0
+
+
 # torchtitan's pipeline defaults where a run states neither its micro-batches nor its stages per rank. Until
 # pytorch/torchtitan #1073 (2025-04-07) `pipeline_parallel_microbatches` defaulted to the PP degree; since then
 # `pipeline_parallel_microbatch_size` defaults to 1. Both before and after, generate_split_points gives a

@@ -108,6 +108,11 @@ TRAINING_FIELDS = (
           help="With context parallelism: split the sequence into 2·cp chunks and give each rank one from each end "
                "(Megatron-Core / Transformer Engine zigzag), so causal attention work is even; off = contiguous "
                "chunks, the last rank does 2·cp/(cp+1) of the average."),
+    Field("activation_offload_layers", int, 0, lo=0, hi=2048,
+          help="Layers of each pipeline stage whose saved activations go to CPU memory during the forward pass and "
+               "come back before their backward (Megatron-Core and NeMo cpu_offloading_num_layers): they leave the "
+               "GPU's memory but for two in flight, and the copies hide behind compute as far as the node's host "
+               "link allows. At most a stage's layers less one (Megatron-Core: fewer than the model's layers)."),
     Field("ep_comm_overlap", bool, False,
           help="Overlap MoE all-to-alls with another micro-batch's compute (Megatron-Core "
                "--overlap-moe-expert-parallel-comm); off = on the critical path."),
@@ -185,6 +190,9 @@ NODE_FIELDS = (
     Field("nic_gbits_per_s", float, lo=0.001, hi=1e5, unit="Gb/s", help="Bandwidth of one NIC port."),
     Field("nvlink_sharp", bool, False,
           help="NVSwitch in-network reduction (NVLS) for all-reduce inside the NVLink domain (H100 and later)."),
+    Field("host_gbytes_per_s", float, 128.0, lo=0.001, hi=1e5, unit="GB/s",
+          help="Each GPU's link to CPU memory, bidirectional as vendors quote it (PCIe 5.0 x16: 128; GB200 "
+               "NVLink-C2C: 900 per Grace CPU, shared by its two GPUs); activation offloading copies over it."),
 )
 
 FABRIC_FIELDS = (
@@ -293,6 +301,7 @@ class TrainingSpec:
     projections: str = "fused"
     fp8_saved_inputs: str = "fp8"
     pp_comm_overlap: bool = True
+    activation_offload_layers: int = 0
 
 
 @dataclass(frozen=True)
@@ -326,6 +335,7 @@ class NodeSpec:
     nics: int
     nic_gbits_per_s: float
     nvlink_sharp: bool
+    host_gbytes_per_s: float = 128.0
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,13 @@ import numpy as np
 from . import constants as C
 from .collectives import OptionTable, collective_costs, collective_seconds, option_table
 from .compute import LayerTimes, optimizer_time
-from .memory import RECOMPUTE_CODES, Layouts, grad_bytes, params_on_gpu, stage_layers
+from .memory import (RECOMPUTE_CODES, Layouts, activation_bytes_per_token, grad_bytes, offloaded_layers,
+                     params_on_gpu, stage_layers)
 from .model import ParamCount, kv_dim
 from .placement import KINDS, GroupPlacement, Placement
 from .spec import ClusterSpec, PlanSpec
 
-PARTS = ("compute", "bubble", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "optimizer")
+PARTS = ("compute", "bubble", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "offload", "optimizer")
 ACT_BYTES = 2.0  # activations travel in bf16
 
 
@@ -109,12 +110,26 @@ def step_times(spec: PlanSpec, pc: ParamCount, lay: Layouts, placement: dict[str
              + _dp_comm(spec, lay, placement, params, fwd, bwd, micro))
     exposed = {f"{g}_comm": sum((c.exposed_s for c in colls if c.group == g), np.zeros(len(lay)))
                for g in ("tp", "cp", "ep", "pp", "dp")}
+    offload = _offload(spec, lay, tokens, n, fwd, bwd)
     # The bubble idles for (p - 1) / v micro-batches' worth of stage time, communication on the path included.
-    per_micro = fwd + bwd + (exposed["tp_comm"] + exposed["cp_comm"] + exposed["ep_comm"]) / micro
+    per_micro = fwd + bwd + offload + (exposed["tp_comm"] + exposed["cp_comm"] + exposed["ep_comm"]) / micro
     shards = np.where(lay.zero >= 1, lay.dp * lay.cp, 1)
     parts = {"compute": micro * (fwd + bwd), "bubble": (lay.pp - 1) / lay.vpp * per_micro, **exposed,
-             "optimizer": optimizer_time(params / shards, cluster.gpu)}
+             "offload": micro * offload, "optimizer": optimizer_time(params / shards, cluster.gpu)}
     return StepTimes({k: parts[k] for k in PARTS}, [c for c in colls if np.any(c.calls > 0)])
+
+
+def _offload(spec: PlanSpec, lay: Layouts, tokens: np.ndarray, n: np.ndarray, fwd: np.ndarray,
+             bwd: np.ndarray) -> np.ndarray:
+    """Exposed seconds per micro-batch of activation offloading: each offloaded layer's saved activations go to
+    CPU memory during the forward pass and come back during the backward, one direction of the host link each
+    (cluster.node.host_gbytes_per_s is bidirectional, at C.HOST_COPY_EFFICIENCY). The copy engines run beside the
+    stage's compute, so only what the forward or the backward pass cannot cover is exposed."""
+    k = offloaded_layers(spec.training, n)
+    stored, _ = activation_bytes_per_token(spec.model, spec.training, lay)
+    each_way = spec.cluster.node.host_gbytes_per_s / 2.0 * 1e9 * C.HOST_COPY_EFFICIENCY  # bytes/s
+    copies = k * tokens * stored / each_way
+    return np.maximum(copies - fwd, 0.0) + np.maximum(copies - bwd, 0.0)
 
 
 def _stage_compute(spec: PlanSpec, lay: Layouts, lt: LayerTimes) -> tuple[np.ndarray, np.ndarray]:

@@ -10,10 +10,10 @@ from typing import Any
 
 Figure = dict[str, Any]
 
-TIME_PARTS = ("compute", "bubble", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "optimizer")
+TIME_PARTS = ("compute", "bubble", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "offload", "optimizer")
 TIME_LABELS = {"compute": "compute", "bubble": "pipeline bubble", "tp_comm": "TP comm", "cp_comm": "CP comm",
                "ep_comm": "EP comm (all-to-all)", "pp_comm": "PP comm", "dp_comm": "DP comm",
-               "optimizer": "optimizer step"}
+               "offload": "activation offload (host link)", "optimizer": "optimizer step"}
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
 FABRIC_COLOURS = {"nvlink": "#76b900", "infiniband": "#1f5fa8", "roce": "#8e44ad", "ethernet": "#b35900",
                   "efa": "#d35400", "pcie": "#7f8c8d"}
@@ -42,7 +42,8 @@ def step_time_breakdown(result: dict[str, Any]) -> Figure | None:
     if not plans:
         return None
     labels = [_plan_label(p) for p in plans]
-    seen = [k for p in plans for k in (p.get("time_s") or {})]
+    # Parts no plan spends time on (activation offloading, say, where the plan offloads nothing) get no bar.
+    seen = [k for p in plans for k, v in (p.get("time_s") or {}).items() if v]
     parts = [k for k in TIME_PARTS if k in seen] + sorted(set(seen) - set(TIME_PARTS))
     data = [{"type": "bar", "orientation": "h", "name": TIME_LABELS.get(part, part), "y": labels,
              "x": [(p.get("time_s") or {}).get(part, 0) or 0 for p in plans],

@@ -122,6 +122,7 @@ class NodeType(CatalogRow):
     nics = models.PositiveIntegerField()
     nic_gbits_per_s = models.FloatField()
     nvlink_sharp = models.BooleanField(default=False)
+    host_gbytes_per_s = models.FloatField(default=128.0)
 
     class Meta(CatalogRow.Meta):
         verbose_name = "node type"

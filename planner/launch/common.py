@@ -51,6 +51,12 @@ class Job:
         return -(-self.spec.model.layers // self.pp)
 
     @property
+    def offload_layers(self) -> int:
+        """Layers of the fullest stage whose activations go to CPU memory, as the engine costs them
+        (planner.memory.offloaded_layers: the option, at most the stage's layers less one)."""
+        return max(0, min(self.spec.training.activation_offload_layers, self.layers_per_stage - 1))
+
+    @property
     def nodes(self) -> int:
         return max(1, math.ceil(self.spec.cluster.num_gpus / self.spec.cluster.node.gpus))
 

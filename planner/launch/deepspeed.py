@@ -41,6 +41,9 @@ def deepspeed(job: Job) -> tuple[str, Emitter]:
         share = f" of {job.recompute_fraction:.0%} of the layers" if job.recompute_fraction < 1 else ""
         em.note(f"{job.recompute} recompute{share}: done by the model code (deepspeed.checkpointing around each "
                 f"layer)")
+    if job.offload_layers:
+        em.note(f"activation offloading of {job.offload_layers} layers: DeepSpeed offloads only checkpointed "
+                f"layer inputs (activation_checkpointing.cpu_checkpointing), not whole layers' activations")
     if precision == "fp8":
         em.note("fp8: Transformer Engine layers in the model code; this file covers the bf16 rest")
     body = json.dumps(config, indent=2)

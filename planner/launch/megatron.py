@@ -108,6 +108,13 @@ def _batch_and_memory(job: Job, arg, em: Emitter) -> None:
         arg("--recompute-granularity", "full")
         arg("--recompute-method", "uniform")
         arg("--recompute-num-layers", 1)
+    if job.offload_layers:
+        arg("--cpu-offloading-num-layers", job.offload_layers)
+        if job.pp > 1 or job.recompute != "none":
+            em.note("activation offloading: Megatron-Core offloads only without pipeline parallelism and without "
+                    "recomputation (its TransformerConfig checks); this plan has "
+                    + ", ".join(x for x in (f"PP {job.pp}" if job.pp > 1 else "",
+                                            f"{job.recompute} recompute" if job.recompute != "none" else "") if x))
     if job.zero == 1:
         arg("--use-distributed-optimizer")
     elif job.zero in FSDP_STRATEGY:

@@ -31,6 +31,8 @@ def torchtitan(job: Job) -> tuple[str, Emitter]:
         if abs(1 / every - job.recompute_fraction) > 0.01:
             em.note(f"recompute of {job.recompute_fraction:.0%} of the layers: torchtitan checkpoints every k-th "
                     f"block, here every {every}th ({1 / every:.0%})")
+    if job.offload_layers:
+        em.note(f"activation offloading of {job.offload_layers} layers: torchtitan has no option for it")
     if job.recompute == "selective":
         key("activation_checkpoint", "selective_ac_option", "op")
         em.note("torchtitan's selective recompute is per operator (it keeps matmul outputs), not Megatron's "

@@ -351,3 +351,21 @@ def test_pipeline_overlap_reaches_megatron_and_torchtitan():
         m = megatron_args(launch_config(spec, entry, "megatron").text)
         assert ("--no-overlap-p2p-communication" in m) == (not overlap)
         assert ("pp_comm_overlap" in " ".join(launch_config(spec, entry, "torchtitan").notes)) == overlap
+
+
+def test_activation_offloading_reaches_megatron_and_the_others_say_they_cannot():
+    """Megatron-Core's --cpu-offloading-num-layers with the stage's offloaded layers (at most all but one); its
+    TransformerConfig refuses offloading with pipeline parallelism or recomputation, which the export says."""
+    spec, entry = small_plan(H100_32, {"tp": 1, "pp": 1, "recompute": "none"}, {"activation_offload_layers": 100})
+    stage = spec.model.layers
+    m = megatron_args(launch_config(spec, entry, "megatron").text)
+    assert m["--cpu-offloading-num-layers"] == str(stage - 1)
+    assert not any("offloading" in n for n in launch_config(spec, entry, "megatron").notes)
+    assert any("activation offloading" in n for n in launch_config(spec, entry, "torchtitan").notes)
+    assert any("activation offloading" in n for n in launch_config(spec, entry, "deepspeed").notes)
+    spec, entry = small_plan(H100_32, {"tp": 1, "pp": 2, "recompute": "full"}, {"activation_offload_layers": 2})
+    notes = " ".join(launch_config(spec, entry, "megatron").notes)
+    assert "PP 2, full recompute" in notes
+    assert megatron_args(launch_config(spec, entry, "megatron").text)["--cpu-offloading-num-layers"] == "2"
+    spec, entry = small_plan(H100_32, {"tp": 1, "pp": 1})
+    assert "--cpu-offloading-num-layers" not in megatron_args(launch_config(spec, entry, "megatron").text)

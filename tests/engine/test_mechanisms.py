@@ -304,3 +304,53 @@ def test_interleaved_pipeline_hand_offs_run_behind_compute(catalog, gpt3_doc, vp
     fill = 15 / (micro * vpp + 15)
     assert times[True] == pytest.approx(times[False] * (fill + 0.3 * (1 - fill) if vpp > 1 else 1.0))
     assert (times[True] < times[False]) == (vpp > 1)
+
+
+def llama_70b_gb200(catalog, offload: int, host: float | None = None) -> dict:
+    """Llama 3 70B on 64 GB200, FSDP without recomputation at 8K tokens (NeMo's GB300 BF16 recipe keeps 30 of the
+    80 layers' activations in Grace memory)."""
+    node = dict(catalog["node"]["GB200 NVL72 compute tray"], **({"host_gbytes_per_s": host} if host else {}))
+    return {"model": dict(catalog["model"]["Llama 3 70B"], seq_len=8192),
+            "training": {"global_batch": 64, "precision": "bf16", "activation_offload_layers": offload},
+            "cluster": {"num_gpus": 64, "gpu": "GB200", "node": node, "fabric": "XDR InfiniBand fat tree"},
+            "layout": {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "micro_batch": 1, "zero": 3, "recompute": "none"}}
+
+
+def layer_activation_bytes(spec) -> float:
+    """Saved activation bytes of one layer and micro-batch of the pinned TP1 PP1 ZeRO-3 layout, no recomputation."""
+    import numpy as np
+
+    from planner.memory import Layouts, activation_bytes_per_token
+    lay = Layouts(*(np.array([v]) for v in (1, 1, 64, 1, 1, 1, 1, 0, 0.0, False, 3, 0)))
+    return float(activation_bytes_per_token(spec.model, spec.training, lay)[0][0]) * spec.model.seq_len
+
+
+def test_offloading_makes_a_run_that_ran_fit(catalog):
+    """Without offloading the recipe needs 210 GiB of the GB200's 186; with 30 of 80 layers offloaded, 50 keep
+    their activations and 2 more are in flight; with 79, 1 keeps them and 2 are in flight: 49 layers apart."""
+    answer = plan(parse_spec(llama_70b_gb200(catalog, 0), catalog), top=1)
+    assert answer["plans"] == [] and "needs 209.7 GiB of 186" in answer["rejected_examples"]["out_of_memory"]
+    thirty, most = (best(llama_70b_gb200(catalog, k), catalog) for k in (30, 79))
+    layer = layer_activation_bytes(parse_spec(llama_70b_gb200(catalog, 30), catalog)) / 1024 ** 3
+    assert thirty["memory_gib"]["activations"] - most["memory_gib"]["activations"] == pytest.approx(49 * layer,
+                                                                                                   rel=1e-4)
+    assert thirty["memory_gib"]["total"] < 150
+    # NVLink-C2C (450 GB/s a GPU) moves a layer's activations well within its compute: nothing exposed.
+    assert thirty["time_s"]["offload"] == 0.0 and thirty["step_time_s"] == most["step_time_s"]
+
+
+def test_a_slow_host_link_exposes_the_copies_the_compute_cannot_cover(catalog):
+    """The same offload over PCIe 3.0 x16 (32 GB/s, 12.8 GB/s each way at 80%): 30 layers of 8,192 tokens of
+    saved activations take longer each way than the whole 80-layer forward pass."""
+    doc = llama_70b_gb200(catalog, 30, host=32)
+    copies = 30 * layer_activation_bytes(parse_spec(doc, catalog)) / (16e9 * 0.8)
+    p = best(doc, catalog)
+    compute_fwd = p["time_s"]["compute"] / 3.0  # one micro-batch; the backward is about twice the forward
+    assert copies > compute_fwd
+    assert p["time_s"]["offload"] > 0.5 * copies
+    assert p["step_time_s"] == pytest.approx(sum(p["time_s"].values()), rel=1e-6)
+
+
+def test_a_stage_offloads_at_most_all_but_one_of_its_layers(catalog):
+    many, most = (best(llama_70b_gb200(catalog, k), catalog) for k in (500, 79))
+    assert many["memory_gib"] == most["memory_gib"]

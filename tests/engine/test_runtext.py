@@ -128,3 +128,18 @@ TT_2024 = "torch 1963fc8 (2024-12-23), torchao eab345c (2024-12-23), torchtitan 
 ])
 def test_torchtitan_pipeline_defaults_by_version(row, expected):
     assert rt.torchtitan_pipeline(row) == expected
+
+
+@pytest.mark.parametrize("row, layers", [
+    ({"notes": "NeMo perf recipe: cpu_offloading_num_layers: 20, Megatron FSDP"}, 20),
+    ({"notes": "EXTRA_ARGS --cpu-offloading-num-layers 39"}, 39),
+    ({"recompute": "none; offloads the activations of 30 layers to the Grace CPU"}, 30),
+    ({"notes": "40 layers' activations offloaded to host memory"}, 40),
+    ({"notes": "Activation offload: 12 layers"}, 12),
+    ({"notes": "Activation CPU offload: False."}, 0),  # llm-foundry rows say it was off
+    ({"recompute": "selective recompute, modules ['mla_up_proj']; fine-grained activation offloading of "
+                   "['expert_fc1']"}, 0),  # named modules, not layers: no engine option
+    ({"notes": ""}, 0),
+])
+def test_offloaded_layers_are_the_ones_the_row_states(row, layers):
+    assert rt.offload_layers(row) == layers
