@@ -23,9 +23,18 @@ MAX_PLANS_CHARTED = 10
 MAX_LABELLED_CELLS = 256  # past this, cell labels are unreadable; hover still tells
 
 
+LEGEND_GAP_PX = 62  # below the plot area: the x tick labels and the x-axis title (Plotly's default fonts)
+
+
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
-    return {"title": {"text": title, "x": 0, "font": {"size": 15}}, "margin": {"l": 60, "r": 20, "t": 70, "b": 50},
-            "legend": {"orientation": "h", "y": -0.2}, "hovermode": "closest", **extra}
+    """The common layout. The legend sits under the x-axis title: Plotly places it in fractions of the plot area's
+    height, so the gap in pixels is turned into a fraction where the figure's height is known (a fixed -0.2
+    lands on the axis title of a short chart)."""
+    margin = {"l": 60, "r": 20, "t": 70, "b": 50}
+    plot_px = extra.get("height", 450) - margin["t"] - margin["b"]  # 450: Plotly's default figure height
+    return {"title": {"text": title, "x": 0, "font": {"size": 15}}, "margin": margin,
+            "legend": {"orientation": "h", "yanchor": "top", "y": -LEGEND_GAP_PX / max(plot_px, 100)},
+            "hovermode": "closest", **extra}
 
 
 def _plans(result: dict[str, Any]) -> list[dict[str, Any]]:
