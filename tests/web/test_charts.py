@@ -46,6 +46,19 @@ def test_the_step_time_chart_stacks_each_part_per_plan():
     assert fig["data"][0]["y"] == ["#1 TP8 PP2 DP1", "#2 TP4 PP4 DP1"]
 
 
+def test_a_part_no_plan_spends_time_on_gets_no_bar_and_the_legend_clears_the_axis_title():
+    answer = copy.deepcopy(ANSWER)
+    for p in answer["plans"]:
+        p["time_s"]["offload"] = 0.0  # engine 2.7 reports every part, activation offloading included
+    fig = charts.step_time_breakdown(answer)
+    assert [t["name"] for t in fig["data"]] == ["compute", "pipeline bubble", "TP comm"]
+    # Two plans: 140 + 2 x 32 = 204 px tall, 84 px of plot between the margins, so 62 px is the 100 px floor's 0.62.
+    assert fig["layout"]["height"] == 204 and fig["layout"]["legend"]["y"] == pytest.approx(-0.62)
+    assert charts.memory_breakdown(answer)["layout"]["legend"]["y"] == pytest.approx(-62 / 104)
+    answer["plans"][0]["time_s"]["offload"] = 0.25
+    assert "activation offload (host link)" in [t["name"] for t in charts.step_time_breakdown(answer)["data"]]
+
+
 def test_the_comm_chart_splits_each_collective_by_fabric():
     fig = charts.comm_by_fabric(ANSWER)
     bars = {t["name"]: t["x"] for t in fig["data"] if t["type"] == "bar"}
