@@ -34,11 +34,14 @@ from .spec import PlanSpec, parse_spec
 # Keyword in the row's gpu_type -> catalog GPU, first match wins (so "GB200" is not read as "B200"). H100s whose
 # row says HBM2e are Meta's 96 GB, 500 W-capped Grand Teton part (torchtitan rows), a catalog GPU of its own.
 GPU_BY_KEYWORD = (("GB300", "GB300"), ("B300", "B300"), ("GB200", "GB200"), ("B200", "B200"),
-                  ("H200", "H200 SXM 141GB"), ("H800", "H800 SXM5 80GB"), ("H100", "H100 SXM5 80GB"), ("V100", "V100 SXM3 32GB"))
+                  ("H200", "H200 SXM 141GB"), ("H800", "H800 SXM5 80GB"), ("H100", "H100 SXM5 80GB"), ("V100", "V100 SXM3 32GB"),
+                  ("MI355X", "AMD MI355X"), ("MI325X", "AMD MI325X"), ("MI300X", "AMD MI300X"))
 NODE_BY_GPU = {"GB300": "GB300 NVL72 compute tray", "B300": "HGX B300", "GB200": "GB200 NVL72 compute tray",
                "B200": "DGX B200", "H200 SXM 141GB": "HGX H200", "H800 SXM5 80GB": "HGX H800",
                "H100 SXM5 80GB": "DGX H100", "H100 SXM5 96GB HBM2e 500W": "DGX H100",
-               "V100 SXM3 32GB": "DGX-2 (V100)", "A100 SXM4 80GB": "DGX A100", "A100 SXM4 40GB": "DGX A100"}
+               "V100 SXM3 32GB": "DGX-2 (V100)", "A100 SXM4 80GB": "DGX A100", "A100 SXM4 40GB": "DGX A100",
+               "AMD MI355X": "AMD MI355X platform (8 GPUs)", "AMD MI325X": "AMD MI325X platform (8 GPUs)",
+               "AMD MI300X": "AMD MI300X platform (8 GPUs)"}
 FABRIC_BY_PORT = {100: "EDR InfiniBand fat tree", 200: "HDR InfiniBand fat tree", 400: "NDR InfiniBand fat tree",
                   800: "XDR InfiniBand fat tree"}
 # End-to-end latency of a fabric a row names only by its kind (as the catalog's RoCE, TCP and EFA fabrics).
@@ -73,6 +76,8 @@ def gpu_name(row: dict[str, Any]) -> str:
     for keyword, name in GPU_BY_KEYWORD:
         if keyword in text:
             return name
+    if "A100" not in text and "A800" not in text:  # an A800 is an A100 with slower NVLink
+        raise SpecError.one("gpu_type", f"{row.get('gpu_type')!r} names no GPU of the catalog")
     big = "80" in text or (row.get("gpu_memory_gb") or 0) >= 80
     return "A100 SXM4 80GB" if big else "A100 SXM4 40GB"
 

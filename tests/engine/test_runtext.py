@@ -143,3 +143,22 @@ def test_torchtitan_pipeline_defaults_by_version(row, expected):
 ])
 def test_offloaded_layers_are_the_ones_the_row_states(row, layers):
     assert rt.offload_layers(row) == layers
+
+
+@pytest.mark.parametrize("gpu_type, name", [
+    ("AMD Instinct MI300X", "AMD MI300X"), ("MI355X (OAM)", "AMD MI355X"), ("A800 80GB", "A100 SXM4 80GB"),
+    ("H100-80GB (table: h100_80gb)", "H100 SXM5 80GB"), ("A100-40GB (table: a100_40gb)", "A100 SXM4 40GB"),
+])
+def test_a_rows_gpu_is_the_catalog_gpu_it_names(gpu_type, name):
+    from planner.published import gpu_name
+    assert gpu_name({"gpu_type": gpu_type}) == name
+
+
+def test_a_row_on_a_gpu_the_catalog_lacks_is_reported_not_costed_as_an_a100(catalog):
+    """An L40S row had been costed as an A100 40GB, the fallback for rows that name no GPU generation."""
+    from planner.published import compare, load_rows
+    from pathlib import Path
+    runs = Path(__file__).resolve().parents[2] / "planner" / "data" / "published_runs.json"
+    row = dict(load_rows(runs)[0], id="l40s", gpu_type="L40S 48GB")
+    [c] = compare([row], catalog)
+    assert c.predicted_s is None and c.why == "no spec: gpu_type: 'L40S 48GB' names no GPU of the catalog"
