@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .errors import SpecError
+from .spec import PRECISIONS
+
 PRE_FLASH_GPUS = ("V100", "A100")
 # Stacks whose attention runs through Transformer Engine's DotProductAttention, and the words a row uses to name
 # FlashAttention itself as its kernel (which then wins over the stack's default).
@@ -111,6 +114,9 @@ def precision(row: dict[str, Any], gpu: str) -> str:
     "fp16", "16-bit" or unstated on V100/A100 -> fp16 (Megatron trained GPT in fp16 until 2021; only the gradient
     width, 2 vs 4 bytes, differs in the model)."""
     text = (row.get("precision") or "").lower()
+    if "fp4" in text:  # NVFP4 / MXFP4 GEMMs: costing them at 16 bits would be far too slow, and silently so
+        raise SpecError.one("precision", f"{row.get('precision')!r}: the engine has no 4-bit precision "
+                                         f"(one of {', '.join(PRECISIONS)})")
     if "fp8" in text or "float8" in text:
         return "fp8"
     if "bf16" in text:

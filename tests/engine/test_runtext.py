@@ -162,3 +162,11 @@ def test_a_row_on_a_gpu_the_catalog_lacks_is_reported_not_costed_as_an_a100(cata
     row = dict(load_rows(runs)[0], id="l40s", gpu_type="L40S 48GB")
     [c] = compare([row], catalog)
     assert c.predicted_s is None and c.why == "no spec: gpu_type: 'L40S 48GB' names no GPU of the catalog"
+
+
+def test_a_four_bit_row_is_reported_not_costed_at_sixteen_bits():
+    from planner.errors import SpecError
+    assert rt.precision({"precision": "MXFP8"}, "GB200") == "fp8"
+    with pytest.raises(SpecError) as err:
+        rt.precision({"precision": "NVFP4"}, "GB300")
+    assert err.value.as_dict() == {"precision": ["'NVFP4': the engine has no 4-bit precision (one of bf16, fp16, fp8)"]}
