@@ -76,6 +76,8 @@ def gpu_name(row: dict[str, Any]) -> str:
     for keyword, name in GPU_BY_KEYWORD:
         if keyword in text:
             return name
+    if not text.strip():
+        raise SpecError.one("gpu_type", "is not stated")
     if "A100" not in text and "A800" not in text:  # an A800 is an A100 with slower NVLink
         raise SpecError.one("gpu_type", f"{row.get('gpu_type')!r} names no GPU of the catalog")
     big = "80" in text or (row.get("gpu_memory_gb") or 0) >= 80

@@ -162,6 +162,8 @@ def test_a_row_on_a_gpu_the_catalog_lacks_is_reported_not_costed_as_an_a100(cata
     row = dict(load_rows(runs)[0], id="l40s", gpu_type="L40S 48GB")
     [c] = compare([row], catalog)
     assert c.predicted_s is None and c.why == "no spec: gpu_type: 'L40S 48GB' names no GPU of the catalog"
+    [c] = compare([dict(row, gpu_type=None)], catalog)
+    assert c.why == "no spec: gpu_type: is not stated"
 
 
 def test_a_four_bit_row_is_reported_not_costed_at_sixteen_bits():
