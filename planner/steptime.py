@@ -125,6 +125,8 @@ def _offload(spec: PlanSpec, lay: Layouts, tokens: np.ndarray, n: np.ndarray, fw
     CPU memory during the forward pass and come back during the backward, one direction of the host link each
     (cluster.node.host_gbytes_per_s is bidirectional, at C.HOST_COPY_EFFICIENCY). The copy engines run beside the
     stage's compute, so only what the forward or the backward pass cannot cover is exposed."""
+    if not spec.training.activation_offload_layers:
+        return np.zeros(len(lay))  # the usual case, kept off the search's hot path
     k = offloaded_layers(spec.training, n)
     stored, _ = activation_bytes_per_token(spec.model, spec.training, lay)
     each_way = spec.cluster.node.host_gbytes_per_s / 2.0 * 1e9 * C.HOST_COPY_EFFICIENCY  # bytes/s
