@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..memory import offloaded_layers
 from ..spec import PlanSpec, RANK_ORDERS, RECOMPUTE
 from .names import KeptList, kept
 
@@ -52,9 +53,8 @@ class Job:
 
     @property
     def offload_layers(self) -> int:
-        """Layers of the fullest stage whose activations go to CPU memory, as the engine costs them
-        (planner.memory.offloaded_layers: the option, at most the stage's layers less one)."""
-        return max(0, min(self.spec.training.activation_offload_layers, self.layers_per_stage - 1))
+        """Layers of the fullest stage whose activations go to CPU memory, as the engine costs them."""
+        return int(offloaded_layers(self.spec.training, self.layers_per_stage))
 
     @property
     def nodes(self) -> int:
