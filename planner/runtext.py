@@ -69,18 +69,24 @@ def recompute_fraction(row: dict[str, Any], model_flops: float, layer_forward_fl
 
 
 def zero_stage(sharding: Any) -> int:
-    """optimizer_sharding: null or false -> 0; a ZeRO stage number; FSDP full shard / FSDP2 fully_shard / hybrid
-    shard / ZeRO-3 -> 3; FSDP SHARD_GRAD_OP / ZeRO-2 -> 2; "distributed optimizer" or ZeRO-1 -> 1."""
+    """optimizer_sharding: null, false, DDP or NO_SHARD -> 0; a ZeRO stage number; FSDP full shard / FSDP2
+    fully_shard / hybrid shard (HSDP) / ZeRO-3 / ZeRO++ / Megatron-FSDP optim_grads_params -> 3; FSDP
+    SHARD_GRAD_OP / ZeRO-2 / optim_grads -> 2; "distributed optimizer", ZeRO-1 or anything else sharded -> 1."""
     if isinstance(sharding, int) and not isinstance(sharding, bool):
         return sharding
     text = str(sharding or "").lower()
-    if not text or text in ("none", "false", "no"):
+    if not text or text in ("none", "false", "no") or re.search(r"no[_ ]shard", text):
         return 0
-    if "shard_grad_op" in text or "zero-2" in text or "zero 2" in text or "stage 2" in text:
-        return 2
-    if any(word in text for word in ("zero-3", "zero 3", "stage 3", "full_shard", "fully_shard", "fsdp",
-                                     "hybrid_shard")):
+    # Megatron-FSDP's data-parallel sharding strategies: optim (1), optim_grads (2), optim_grads_params (3).
+    if "optim_grads_params" in text:
         return 3
+    if re.search(r"shard_grad_op|zero[- ]?(stage )?2\b|stage 2\b|optim_grads\b", text):
+        return 2
+    if re.search(r"zero[- ]?(stage )?3\b|stage 3\b|zero\+\+|full(y)?[_ ]shard|fsdp|hsdp|hybrid[_ ]shard", text):
+        return 3
+    if re.search(r"\bddp\b|plain data[- ]parallel", text) and not re.search(
+            r"zero[- ]?(stage )?1\b|distributed optimi[sz]er|\boptim\b", text):
+        return 0
     return 1
 
 

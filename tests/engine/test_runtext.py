@@ -172,3 +172,14 @@ def test_a_four_bit_row_is_reported_not_costed_at_sixteen_bits():
     with pytest.raises(SpecError) as err:
         rt.precision({"precision": "NVFP4"}, "GB300")
     assert err.value.as_dict() == {"precision": ["'NVFP4': the engine has no 4-bit precision (one of bf16, fp16, fp8)"]}
+
+
+@pytest.mark.parametrize("sharding, stage", [
+    (None, 0), ("none", 0), ("DDP", 0), ("FSDP NO_SHARD", 0), ("plain data parallel", 0),
+    ("DDP with the distributed optimizer", 1), ("ZeRO-1", 1), ("distributed optimizer", 1),
+    ("ZeRO stage 2", 2), ("FSDP SHARD_GRAD_OP", 2), ("Megatron-FSDP data-parallel sharding strategy optim_grads", 2),
+    ("Megatron-FSDP data-parallel sharding strategy optim_grads_params", 3), ("FSDP2 fully_shard", 3),
+    ("HSDP (hybrid shard over 8 GPUs)", 3), ("ZeRO++", 3), ("DeepSpeed ZeRO stage 3", 3), ("fully sharded", 3),
+])
+def test_the_zero_stage_is_the_sharding_the_row_names(sharding, stage):
+    assert rt.zero_stage(sharding) == stage
