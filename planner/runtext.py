@@ -40,6 +40,14 @@ def recompute_mode(row: dict[str, Any]) -> str | None:
     for value in ("selective", "full", "none"):
         if text.startswith(value) or (value == "none" and text.startswith("no ")):
             return value
+    # The same said another way: "off", "disabled", "without recomputation"; "activation checkpointing: full",
+    # "recompute_granularity=full"; "per-op selective AC".
+    if re.search(r"^(off|disabled|false|not used)\b|without (activation )?(recomput|checkpoint)", text):
+        return "none"
+    if "selective" in text:
+        return "selective"
+    if re.search(r"\bfull\b", text):
+        return "full"
     if "megatron-lm readme" in row.get("source", {}).get("title", "").lower():
         return "full"
     return None

@@ -183,3 +183,14 @@ def test_a_four_bit_row_is_reported_not_costed_at_sixteen_bits():
 ])
 def test_the_zero_stage_is_the_sharding_the_row_names(sharding, stage):
     assert rt.zero_stage(sharding) == stage
+
+
+@pytest.mark.parametrize("recompute, mode", [
+    ("full (uniform, 1 layer)", "full"), ("none configured", "none"), ("no activation checkpointing", "none"),
+    ("off", "none"), ("disabled", "none"), ("without recomputation", "none"),
+    ("activation checkpointing: full", "full"), ("recompute_granularity=full", "full"),
+    ("per-op selective AC", "selective"), ("AC: selective op", "selective"),
+    ("not stated", None), ("n/a", None),
+])
+def test_the_recompute_mode_is_the_one_the_row_names(recompute, mode):
+    assert rt.recompute_mode({"recompute": recompute, "source": {}}) == mode
