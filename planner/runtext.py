@@ -135,6 +135,9 @@ def precision(row: dict[str, Any], gpu: str) -> str:
         return "fp8"
     if "bf16" in text:
         return "bf16"
+    if re.search(r"\b(fp32|tf32|float32)\b", text) and "16" not in text:  # not mixed precision at all
+        raise SpecError.one("precision", f"{row.get('precision')!r}: the engine models 16- and 8-bit training "
+                                         f"(one of {', '.join(PRECISIONS)})")
     pre_bf16 = any(g in gpu for g in PRE_FLASH_GPUS)
     return "fp16" if ("fp16" in text or "16-bit" in text or not text) and pre_bf16 else "bf16"
 

@@ -172,6 +172,10 @@ def test_a_four_bit_row_is_reported_not_costed_at_sixteen_bits():
     with pytest.raises(SpecError) as err:
         rt.precision({"precision": "NVFP4"}, "GB300")
     assert err.value.as_dict() == {"precision": ["'NVFP4': the engine has no 4-bit precision (one of bf16, fp16, fp8)"]}
+    with pytest.raises(SpecError):
+        rt.precision({"precision": "TF32"}, "A100 SXM4 80GB")
+    assert rt.precision({"precision": "bf16 with fp32 master weights"}, "H100 SXM5 80GB") == "bf16"
+    assert rt.precision({"precision": "mixed fp16/fp32"}, "V100 SXM3 32GB") == "fp16"
 
 
 @pytest.mark.parametrize("sharding, stage", [
