@@ -97,7 +97,7 @@ class GPUTypeAdmin(CatalogAdmin):
 @admin.register(NodeType)
 class NodeTypeAdmin(CatalogAdmin):
     list_display = ("name", "gpus", "nvlink_domain_gpus", "nvlink_gbytes_per_s", "nics", "nic_gbits_per_s",
-                    "nvlink_sharp")
+                    "nvlink_sharp", "host_gbytes_per_s")
     list_filter = ("gpus", "nvlink_sharp", "nvlink_domain_gpus")
 
 
