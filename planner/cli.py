@@ -11,6 +11,7 @@ import os
 import sys
 from typing import Any, TextIO
 
+from . import jsonio
 from .catalog import load_catalog
 from .errors import SpecError
 from .launch import FRAMEWORKS, launch_config
@@ -149,9 +150,11 @@ def _read_spec(path: str) -> Any:
     if len(text) > 1_000_000:
         raise SpecError.one("spec", "is larger than 1 MB; a plan spec is a few hundred bytes")
     try:
-        return json.loads(text)
+        return jsonio.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError.one("spec", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except ValueError as exc:
+        raise SpecError.one("spec", f"invalid JSON: {exc}") from None
 
 
 def print_table(answer: dict[str, Any], out: TextIO) -> None:

@@ -310,6 +310,15 @@ class Evaluation:
         return self.layouts.take(index if self.rank is None else self.rank[index])
 
 
+def _above(need: float, capacity: float) -> str:
+    """`need` with as many decimals as it takes to read above `capacity` (80.04 of 80, not 80.0 of 80)."""
+    for digits in (1, 2, 3):
+        text = f"{need:.{digits}f}"
+        if float(text) > capacity:
+            return text
+    return f"{need:.4f}"
+
+
 def evaluate(spec: PlanSpec, pc: ParamCount, lay: Layouts, rejected: Rejections,
              twin: np.ndarray | None = None) -> Evaluation:
     """Memory first (cheap, vectorised over all), then step time for the layouts that fit, per placement. A row
@@ -321,8 +330,8 @@ def evaluate(spec: PlanSpec, pc: ParamCount, lay: Layouts, rejected: Rejections,
     if not fits.all():
         # The example is the leanest layout that still does not fit: the most telling one.
         i = int(np.flatnonzero(~fits)[np.argmin(total[~fits])])
-        rejected.add("out_of_memory", f"{label(lay, i)} needs {total[i] / GIB:.1f} GiB of "
-                                      f"{spec.cluster.gpu.memory_gib:g}", int((~fits).sum() + twin[~fits].sum()))
+        rejected.add("out_of_memory", f"{label(lay, i)} needs {_above(total[i] / GIB, spec.cluster.gpu.memory_gib)} "
+                                      f"GiB of {spec.cluster.gpu.memory_gib:g}", int((~fits).sum() + twin[~fits].sum()))
     both = np.flatnonzero(fits & twin)
     keep = np.concatenate([np.flatnonzero(fits), both])
     lay, total = lay.take(keep), total[keep]

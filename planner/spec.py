@@ -430,11 +430,14 @@ def _coerce(f: Field, value: Any, path: str, errs: _Collector) -> Any:
         return None
     if f.kind is str:
         if not isinstance(value, str):
-            errs.add(path, f"must be a string, not {type(value).__name__}")
+            errs.add(path, f"must be a string, not {_describe(value)}")
             return None
         value = value.strip()
         if any(ord(c) < 32 or ord(c) == 127 for c in value):
             errs.add(path, "must not contain control characters")
+            return None
+        if any(c in BIDI_CONTROLS for c in value):
+            errs.add(path, "must not contain bidirectional control characters (they reorder the page around it)")
             return None
         if f.choices and value not in f.choices:
             errs.add(path, f"must be one of {', '.join(f.choices)} (got {value[:40]!r})")
@@ -447,31 +450,52 @@ def _coerce(f: Field, value: Any, path: str, errs: _Collector) -> Any:
     if number is None:
         errs.add(path, f"must be a number, not {_describe(value)}")
         return None
+    unit = f" {f.unit}" if f.unit else ""
+    if math.isinf(number):
+        # An integer too large for a float (JSON allows any number of digits), or Infinity.
+        bound = f.hi if number > 0 else f.lo
+        side = "most" if number > 0 else "least"
+        errs.add(path, f"must be at {side} {fmt_number(bound)}{unit}" if bound is not None else "must be finite")
+        return None
     if f.kind is int:
         if number != math.floor(number):
-            errs.add(path, f"must be a whole number (got {number:g})")
+            errs.add(path, f"must be a whole number (got {fmt_number(number)})")
             return None
         number = int(number)
     if f.lo is not None and number < f.lo:
-        errs.add(path, f"must be at least {f.lo:g}" + (f" {f.unit}" if f.unit else "") + f" (got {number:g})")
+        errs.add(path, f"must be at least {fmt_number(f.lo)}{unit} (got {fmt_number(number)})")
         return None
     if f.hi is not None and number > f.hi:
-        errs.add(path, f"must be at most {f.hi:g}" + (f" {f.unit}" if f.unit else "") + f" (got {number:g})")
+        errs.add(path, f"must be at most {fmt_number(f.hi)}{unit} (got {fmt_number(number)})")
         return None
     return number
+
+
+# Unicode's bidirectional formatting characters (UAX #9: embeddings, overrides, isolates and marks).
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def fmt_number(x: float) -> str:
+    """A bound or a value as the user would write it: 1048576, 0.5, 1e+30 (never rounded to 1.04858e+06)."""
+    return f"{x:.15g}"
 
 
 def _as_number(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(value) else None
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:  # more digits than a float holds: out of any bound, said as such
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
     if isinstance(value, str):
         try:
             number = float(value.strip())
         except ValueError:
             return None
-        return number if math.isfinite(number) else None
+        return None if math.isnan(number) else number  # "1e400" is out of bounds, not "not a number"
     return None
 
 
@@ -482,15 +506,23 @@ def _key_name(key: Any) -> str:
 
 
 def _describe(value: Any) -> str:
+    """A value as JSON names it (messages speak the spec's language, not Python's)."""
     if isinstance(value, str):
         return repr(value[:40])
-    return type(value).__name__
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity"
+    return JSON_KINDS.get(type(value), type(value).__name__)
+
+
+JSON_KINDS = {type(None): "null", dict: "an object", list: "a list", int: "a number", float: "a number"}
 
 
 def _section(data: Any, path: str, spec_fields: tuple[Field, ...], errs: _Collector) -> dict[str, Any] | None:
     """Coerce one JSON object against its field table; unknown keys are errors (they are usually typos)."""
     if not isinstance(data, Mapping):
-        errs.add(path, f"must be an object, not {_describe(data)}")
+        errs.add(path, "is required" if data is None else f"must be an object, not {_describe(data)}")
         return None
     known = {f.name for f in spec_fields}
     for key in data:
@@ -556,7 +588,8 @@ def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = 
     gpu = node = fabric = None
     num_gpus = None
     if not isinstance(cluster_data, Mapping):
-        errs.add("cluster", "is required" if cluster_data is None else "must be an object")
+        errs.add("cluster",
+                 "is required" if cluster_data is None else f"must be an object, not {_describe(cluster_data)}")
     else:
         for key in cluster_data:
             if key not in ("num_gpus", "gpu", "node", "fabric"):

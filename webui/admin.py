@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
 
+from planner import jsonio
 from planner.spec import SECTIONS
 
 from . import services
@@ -72,7 +73,7 @@ class CatalogAdmin(admin.ModelAdmin):
         form = ImportForm(request.POST or None, request.FILES or None)
         if request.method == "POST" and form.is_valid():
             try:
-                rows = json.loads(form.cleaned_data["file"].read())
+                rows = jsonio.loads(form.cleaned_data["file"].read())
                 counts = services.catalog_import(rows=rows, update_existing=form.cleaned_data["update_existing"])
             except (ValueError, ValidationError) as err:
                 problems = err.messages if isinstance(err, ValidationError) else [f"not valid JSON: {err}"]

@@ -135,10 +135,12 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
     text = [[""] * per_node for _ in nodes]
     hover = [[""] * per_node for _ in nodes]
     domains: dict[Any, list[int]] = {}
+    with_cp = any(c.get("cp") for c in cells)  # with CP > 1, TP and DP ranks alone repeat within a node
     for c in cells:
         row, col = row_of[node_of[id(c)]], int(c["gpu"]) % per_node
         z[row][col] = c.get("pp", 0)
-        text[row][col] = f"TP{c.get('tp', '?')} DP{c.get('dp', '?')}"
+        cp = f" CP{c.get('cp', '?')}" if with_cp else ""
+        text[row][col] = f"TP{c.get('tp', '?')}{cp} DP{c.get('dp', '?')}"
         hover[row][col] = "<br>".join(f"{k}: {c[k]}" for k in ("gpu", "node", "rank", "domain", "tp", "cp", "dp",
                                                               "pp", "ep") if k in c)
         box = domains.setdefault(c.get("domain", row), [row, row, col, col])

@@ -15,7 +15,7 @@ from django import forms
 
 from planner import PlanSpec, SpecError
 from planner.catalog import Catalog
-from planner.spec import MAX_GPUS, REQUIRED, SECTIONS, Field
+from planner.spec import MAX_GPUS, REQUIRED, SECTIONS, Field, fmt_number
 
 from . import options, services
 
@@ -106,8 +106,8 @@ def _form_field(f: Field, *, searchable: bool) -> forms.Field:
     if f.hi is not None and f.hi >= 1e12:  # token counts read best as 15e12
         widget: forms.Widget = forms.TextInput(attrs={"inputmode": "decimal", "placeholder": "e.g. 15e12"})
     else:
-        attrs = {"step": 1 if f.kind is int else "any", "min": f"{f.lo:g}" if f.lo is not None else None,
-                 "max": f"{f.hi:g}" if f.hi is not None else None}
+        attrs = {"step": 1 if f.kind is int else "any", "min": fmt_number(f.lo) if f.lo is not None else None,
+                 "max": fmt_number(f.hi) if f.hi is not None else None}
         # Blank means "search" for a pin and "the engine's default" for an optional field.
         attrs["placeholder"] = "search" if searchable else ("default" if f.default is None else None)
         widget = forms.NumberInput(attrs={k: v for k, v in attrs.items() if v is not None})

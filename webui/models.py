@@ -227,6 +227,12 @@ class Plan(models.Model):
         return self.status == self.Status.QUEUED and self.dispatched_at is None
 
     @property
+    def was_cut_off(self) -> bool:
+        """An earlier search of this plan stopped with its process (queued again after one, or running again);
+        plan.js tests the same on the status it polls."""
+        return (self.status == self.Status.QUEUED and self.attempts > 0) or self.attempts > 1
+
+    @property
     def run_time(self) -> timedelta | None:
         if self.started_at and self.finished_at:
             return self.finished_at - self.started_at

@@ -9,6 +9,11 @@ mid-search:
 Each child runs in a process group of its own, so the terminal's Ctrl-C (SIGINT to the foreground group)
 reaches only this process, which decides what each child gets. Whatever is still alive at the deadline is
 killed with its process group.
+
+A worker that dies on its own (killed by the kernel's OOM killer, or by hand) is started again, at most
+MAX_WORKER_RESTARTS times in RESTART_WINDOW_S (a worker that cannot start at all stops `make run` instead of
+looping); the search it had in hand goes back to the queue once its lease lapses. When the web server dies,
+everything stops: there is no site to serve.
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ from pathlib import Path
 from types import FrameType
 
 STOP_WITHIN_S = 8.0
+MAX_WORKER_RESTARTS = 5
+RESTART_WINDOW_S = 60.0
 BIN = Path(sys.executable).parent  # the virtual environment's bin/: celery and gunicorn live beside python
 
 
@@ -43,7 +50,22 @@ def main(argv: list[str] | None = None) -> int:
     children = start(args)
     print(f"\n  The placement planner is running at http://{args.host}:{args.port}/\n"
           f"  (worker log: {args.worker_log}; stop with Ctrl-C)\n", flush=True)
-    while not stop_requested and all(child.poll() is None for child in children.values()):
+    restarts: list[float] = []
+    while not stop_requested and children["web server"].poll() is None:
+        worker = children["worker"]
+        if worker.poll() is not None:
+            now = time.monotonic()
+            restarts = [t for t in restarts if now - t < RESTART_WINDOW_S]
+            if len(restarts) >= MAX_WORKER_RESTARTS:
+                print(f"make run: the worker stopped {len(restarts) + 1} times within {RESTART_WINDOW_S:.0f} s; "
+                      "not starting it again.", file=sys.stderr, flush=True)
+                break
+            restarts.append(now)
+            clear_group(worker)  # its pool processes, if the kill reached only the main process
+            print(f"make run: the worker stopped (exit status {worker.returncode}); starting another. A search it "
+                  f"had in hand is searched again once its lease lapses. See {args.worker_log}.",
+                  file=sys.stderr, flush=True)
+            children["worker"] = start_worker(args)
         time.sleep(0.2)
     died = [name for name, child in children.items() if child.poll() is not None]
     stop(children)
@@ -55,17 +77,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def start(args: argparse.Namespace) -> dict[str, subprocess.Popen]:
-    args.worker_log.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.worker_log, "ab") as log:
-        # Searches run at a lower CPU priority than page requests, so the pages stay quick while one runs.
-        worker = subprocess.Popen(
-            ["nice", "-n", "10", str(BIN / "celery"), "-A", "webui", "worker", "--concurrency", "1",
-             "--loglevel", "info", "--without-mingle", "--without-gossip", "--without-heartbeat"],
-            stdout=log, stderr=subprocess.STDOUT, process_group=0)
+    worker = start_worker(args)
     web = subprocess.Popen(
         [str(BIN / "gunicorn"), "webui.wsgi", "--bind", f"{args.host}:{args.port}", "--workers", str(args.workers),
          "--graceful-timeout", "3", "--access-logfile", "-"], process_group=0)
     return {"web server": web, "worker": worker}
+
+
+def start_worker(args: argparse.Namespace) -> subprocess.Popen:
+    args.worker_log.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.worker_log, "ab") as log:
+        # Searches run at a lower CPU priority than page requests, so the pages stay quick while one runs.
+        return subprocess.Popen(
+            ["nice", "-n", "10", str(BIN / "celery"), "-A", "webui", "worker", "--concurrency", "1",
+             "--loglevel", "info", "--without-mingle", "--without-gossip", "--without-heartbeat"],
+            stdout=log, stderr=subprocess.STDOUT, process_group=0)
+
+
+def clear_group(child: subprocess.Popen) -> None:
+    """Kill what is left of a child's process group (each child leads one: process_group=0)."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def stop(children: dict[str, subprocess.Popen]) -> None:
@@ -82,10 +116,7 @@ def stop(children: dict[str, subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             pass
     for child in children.values():
-        try:
-            os.killpg(child.pid, signal.SIGKILL)  # the child, and anything it left behind (pool processes)
-        except ProcessLookupError:
-            pass
+        clear_group(child)  # the child, and anything it left behind (pool processes)
         child.wait()
 
 

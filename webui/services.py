@@ -28,7 +28,7 @@ from planner.constants import ENGINE_VERSION
 from planner.launch import launch_configs
 
 from . import delivery, options
-from .models import CATALOG_MODELS, CatalogRow, Plan
+from .models import CATALOG_MODELS, CatalogRow, Plan, section_errors
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +64,15 @@ def catalog_import(*, rows: Any, update_existing: bool = True) -> dict[str, int]
         raise ValidationError("The file must hold a JSON list of catalog rows, as fixtures/*.json do.")
     counts = {"created": 0, "updated": 0, "unchanged": 0}
     problems: list[str] = []
+    first_of: dict[tuple[str, str], int] = {}
     with transaction.atomic():
         for index, row in enumerate(rows, start=1):
+            if isinstance(row, dict) and isinstance(row.get("fields"), dict):
+                key = (str(row.get("model", "")).lower(), str(row["fields"].get("name")))
+                if key in first_of:  # the later row would silently win
+                    problems.append(f"row {index} ({key[1]}): repeats the name of row {first_of[key]}")
+                    continue
+                first_of[key] = index
             try:
                 outcome = _catalog_row_load(row, update_existing=update_existing)
             except ValidationError as err:
@@ -98,6 +105,11 @@ def _catalog_row_load(row: Any, *, update_existing: bool) -> str:
     before = {k: getattr(instance, k) for k in fields} if not created else None
     for key, value in fields.items():
         setattr(instance, key, value)
+    # The engine's rules first, on the values as the file gives them: Django's own cleaning would turn 1.5 into
+    # 1 for a whole-number field, and repeat "is required" in its own words.
+    errors = section_errors(model.SECTION, instance.spec_fields())
+    if errors:
+        raise ValidationError(errors)
     instance.full_clean()
     if not created and before == {k: getattr(instance, k) for k in fields}:
         return "unchanged"

@@ -4,6 +4,7 @@ service's (`sweeps.sweep_create`), whose field-named messages land next to the f
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -55,7 +56,7 @@ class SweepForm(forms.Form):
         items = [item for item in re.split(r"[\s,;]+", self.cleaned_data["num_gpus"]) if item]
         if not items:
             raise forms.ValidationError("Give at least one GPU count.")
-        return [int(item) if item.isdigit() else item for item in items]  # the engine words a bad one
+        return [_whole(item) for item in items]
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
@@ -88,3 +89,15 @@ class SweepForm(forms.Form):
             field = next((f for prefix, f in FIELD_OF if bare == prefix or bare.startswith(prefix + ".")), None)
             for message in messages:
                 self.add_error(field, message if field else f"{path}: {message}")
+
+
+def _whole(item: str) -> Any:
+    """A GPU count as typed: 1e3 and 256.0 are the whole numbers 1000 and 256; anything else stays text, and the
+    engine words what is wrong with it (a fraction, a word, a number beyond its bound)."""
+    if item.isdigit():
+        return int(item)
+    try:
+        number = float(item)
+    except ValueError:
+        return item
+    return int(number) if math.isfinite(number) and number == int(number) else item

@@ -2,22 +2,20 @@
 webui/compare.py."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods
 
-from planner import SpecError
+from planner import SpecError, jsonio
 
 from . import compare, services, sweep_charts, sweeps
 from .models import Sweep
 from .sweep_form import DEFAULTS, SweepForm
-from .views import _errors, _top
+from .views import _errors, _top, api_methods
 
 
 @require_http_methods(["GET", "POST"])
@@ -63,13 +61,12 @@ def plans_compare(request: HttpRequest) -> HttpResponse:
 # JSON API (CSRF-exempt and JSON-only, as POST /api/plans: see webui/views.py)
 
 
-@csrf_exempt
-@require_POST
+@api_methods("POST")
 def api_sweeps(request: HttpRequest) -> JsonResponse:
     if request.content_type != "application/json":
         return _errors({"sweep": ["must be sent as Content-Type: application/json"]}, status=415)
     try:
-        data = json.loads(request.body or b"null")
+        data = jsonio.loads(request.body or b"null")
     except RequestDataTooBig:
         return _errors({"sweep": ["is too large (at most 1 MiB)"]}, status=413)
     except ValueError as err:
@@ -83,7 +80,7 @@ def api_sweeps(request: HttpRequest) -> JsonResponse:
     return JsonResponse(body, status=201)
 
 
-@require_GET
+@api_methods("GET", "HEAD")
 def api_sweep(request: HttpRequest, code: str) -> JsonResponse:
     sweep = get_object_or_404(Sweep, code=code)
     data: dict[str, Any] = sweeps.sweep_as_dict(sweep=sweep)

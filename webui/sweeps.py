@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import replace
 from typing import Any, Mapping
 
 from django.db import transaction
@@ -15,7 +16,7 @@ from django.urls import reverse
 
 from planner import SpecError
 from planner.whatif.goal import best, meets, outcome, parse_goal
-from planner.whatif.sweep import expand, key_name, scenario_doc
+from planner.whatif.sweep import Scenario, expand, key_name, scenario_doc
 
 from . import services
 from .models import CATALOG_MODELS, GPUType, Plan, Sweep, SweepScenario
@@ -54,6 +55,8 @@ def sweep_create(*, data: Any, top: int = 10) -> Sweep:
         errors.append(err)
     if errors:
         raise SpecError([e for err in errors for e in err.errors])
+    if goal is not None:  # the goal's tokens are what each scenario's plan trains, unless the base says otherwise
+        scenarios = [_with_tokens(s, goal.tokens) for s in scenarios]
     prices = dict(GPUType.objects.values_list("name", "price_per_gpu_hour_usd"))
     with transaction.atomic():  # the plans' tasks are sent when this commits (plan_create's on_commit)
         sweep = Sweep.objects.create(base=data["base"], vary=data["vary"], axes=list(data["vary"]),
@@ -65,6 +68,13 @@ def sweep_create(*, data: Any, top: int = 10) -> Sweep:
                           price_per_gpu_hour_usd=prices.get(s.spec.cluster.gpu.name))
             for i, s in enumerate(scenarios))
     return sweep
+
+
+def _with_tokens(scenario: Scenario, tokens: float) -> Scenario:
+    training = scenario.spec.training
+    if training.tokens is not None:
+        return scenario
+    return replace(scenario, spec=replace(scenario.spec, training=replace(training, tokens=tokens)))
 
 
 def _sources(base: Any, values: dict[str, Any], catalog: dict[str, Any]) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Short function views: a form or a lookup, one service call, a redirect or a render. Logic is in services."""
 from __future__ import annotations
 
-import json
+import functools
 import uuid
 from typing import Any
 
@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from planner import SpecError
+from planner import SpecError, jsonio
 
 from . import charts, services, validation_charts
 from .forms import PlanForm, initial_for
@@ -66,15 +66,31 @@ def validation(request: HttpRequest) -> HttpResponse:
 # JSON API
 
 
+def api_methods(*methods: str):
+    """An API view's allowed methods; any other gets a JSON 405 naming them (not Django's empty 405, nor, for a
+    DELETE or PUT, the CSRF failure page: the API keeps no session, so it is CSRF-exempt throughout)."""
+    def wrap(view):
+        @csrf_exempt
+        @functools.wraps(view)
+        def checked(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if request.method not in methods:
+                response = _errors({"method": [f"{request.method[:20]} is not allowed here; use "
+                                               f"{' or '.join(methods)}"]}, status=405)
+                response["Allow"] = ", ".join(methods)
+                return response
+            return view(request, *args, **kwargs)
+        return checked
+    return wrap
+
+
 # CSRF-exempt so that scripts can post without a session; requiring a JSON content type keeps browsers from
 # posting here across sites without a CORS preflight, which this app never answers (README, "Security").
-@csrf_exempt
-@require_POST
+@api_methods("POST")
 def api_plans(request: HttpRequest) -> JsonResponse:
     if request.content_type != "application/json":
         return _errors({"spec": ["must be sent as Content-Type: application/json"]}, status=415)
     try:
-        data = json.loads(request.body or b"null")
+        data = jsonio.loads(request.body or b"null")
     except RequestDataTooBig:
         return _errors({"spec": ["is too large (at most 1 MiB)"]}, status=413)
     except ValueError as err:  # not JSON, or not UTF-8
@@ -90,7 +106,7 @@ def api_plans(request: HttpRequest) -> JsonResponse:
     return JsonResponse(body, status=201)
 
 
-@require_GET
+@api_methods("GET", "HEAD")
 def api_plan(request: HttpRequest, code: str) -> JsonResponse:
     plan = get_object_or_404(Plan, code=code)
     try:
@@ -103,7 +119,7 @@ def api_plan(request: HttpRequest, code: str) -> JsonResponse:
     return JsonResponse(data)
 
 
-@require_GET
+@api_methods("GET", "HEAD")
 def api_catalog(request: HttpRequest) -> JsonResponse:
     return JsonResponse(services.catalog_as_dict())
 

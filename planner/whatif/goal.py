@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..errors import FieldError, SpecError
+from ..spec import fmt_number
 from .sweep import key_name
 
 SECONDS_PER_DAY = 86_400.0
@@ -56,12 +57,16 @@ def _positive(value: Any, field: str, hi: float, unit: str, errors: list[FieldEr
         return 0.0
     try:
         number = float(value) if not isinstance(value, bool) else math.nan
+    except OverflowError:  # a JSON integer of more digits than a float holds
+        number = math.inf if value > 0 else -math.inf
     except (TypeError, ValueError):
         number = math.nan
-    if not math.isfinite(number):
+    if math.isnan(number) or (math.isinf(number) and not isinstance(value, (int, str))):
         errors.append(FieldError(field, f"must be a number, not {str(value)[:40]!r}"))
     elif not 0 < number <= hi:
-        errors.append(FieldError(field, f"must be more than 0 and at most {hi:g} {unit} (got {number:g})"))
+        digits = len(str(value).lstrip("-"))
+        got = fmt_number(number) if math.isfinite(number) else f"{str(value)[:12]}..., {digits} digits"
+        errors.append(FieldError(field, f"must be more than 0 and at most {fmt_number(hi)} {unit} (got {got})"))
     return number
 
 

@@ -47,14 +47,20 @@ def expand(base: Any, vary: Any, catalog: Mapping[str, Mapping[str, Mapping]] | 
     if errors:
         raise SpecError(errors)
     scenarios: list[Scenario] = []
+    failed: list[tuple[dict[str, Any], SpecError]] = []
     for combo in itertools.product(*axes.values()):
         values = dict(zip(axes, combo, strict=True))
         try:
             doc = scenario_doc(base, values, catalog)
             scenarios.append(Scenario(values=values, spec=parse_spec(doc, catalog)))
         except SpecError as err:
-            errors.extend(_scenario_errors(err, values))
-    if errors:
+            failed.append((values, err))
+    if failed:
+        # A problem every scenario has, outside the axes' own fields, is the base's: said once, under its field.
+        common = set.intersection(*({(e.field, e.message) for e in err.errors} for _, err in failed)) \
+            if not scenarios else set()
+        for values, err in failed:
+            errors.extend(_scenario_errors(err, values, common))
         raise SpecError(_deduplicated(errors))
     return scenarios
 
@@ -84,7 +90,8 @@ def _axes(vary: Any, errors: list[FieldError]) -> dict[str, list[Any]]:
     total = math.prod(len(v) for v in axes.values())
     if not errors and total > MAX_SCENARIOS:
         sizes = " × ".join(str(len(v)) for v in axes.values())
-        errors.append(FieldError("vary", f"makes {sizes} = {total:,} scenarios; at most {MAX_SCENARIOS:,}"))
+        made = f"makes {sizes} = {total:,} scenarios" if len(axes) > 1 else f"makes {total:,} scenarios"
+        errors.append(FieldError("vary", f"{made}; at most {MAX_SCENARIOS:,}"))
     return axes
 
 
@@ -121,13 +128,17 @@ def _set(doc: dict[str, Any], keys: list[str], value: Any) -> None:
     target[keys[-1]] = value
 
 
-def _scenario_errors(err: SpecError, values: dict[str, Any]) -> list[FieldError]:
+def _scenario_errors(err: SpecError, values: dict[str, Any],
+                     common: set[tuple[str, str]] = frozenset()) -> list[FieldError]:
     """A scenario's spec errors, filed under the axis that made the field bad, else under the base. An error in
-    the axis's own field names only that axis's value (the other axes did not cause it); one elsewhere in the
-    axis's section names the whole scenario."""
+    the axis's own field names only that axis's value (the other axes did not cause it); one that every scenario
+    has (`common`) is the base's; one elsewhere in an axis's section names the whole scenario."""
     out = []
     for e in err.errors:
         axis = next((p for p in values if e.field == p or e.field.startswith(p + ".")), None)
+        if axis is None and (e.field, e.message) in common:
+            out.append(FieldError(f"base.{e.field}", e.message))
+            continue
         label = scenario_label({axis: values[axis]}) if axis else scenario_label(values)
         if axis is None:
             axis = next((p for p in values if p.split(".")[0] == e.field.split(".")[0]), None)

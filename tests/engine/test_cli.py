@@ -49,6 +49,19 @@ def test_broken_json_and_missing_files_are_clear(tmp_path):
     assert out.returncode == 2 and "invalid JSON at line 1" in out.stderr and "Traceback" not in out.stderr
     out = run("plan", str(tmp_path / "missing.json"))
     assert out.returncode == 2 and "cannot read" in out.stderr
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 5000 + "]" * 5000)
+    out = run("plan", str(deep))
+    assert out.returncode == 2 and "spec: invalid JSON: nested more than 32 levels deep" in out.stderr
+
+
+def test_a_number_of_more_digits_than_a_float_holds_is_out_of_bounds(tmp_path):
+    doc = json.loads((EXAMPLES / "gpt3-175b-a100-1024.json").read_text())
+    doc["cluster"]["num_gpus"] = 10**400
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps(doc))
+    out = run("plan", str(big))
+    assert out.returncode == 2 and "cluster.num_gpus: must be at most 1048576" in out.stderr
 
 
 def test_spec_from_standard_input():

@@ -77,17 +77,32 @@ def test_part_of_one_node_is_allowed(gpt3_doc):
     ("model", "seq_len", 10**9, "must be at most"),
     ("model", "hidden", "wide", "must be a number, not 'wide'"),
     ("model", "hidden", 1.5, "must be a whole number (got 1.5)"),
-    ("model", "hidden", True, "must be a number, not bool"),
+    ("model", "hidden", True, "must be a number, not true"),
     ("model", "gated_mlp", "yes", "must be true or false"),
     ("model", "vocab", None, "is required"),
     ("training", "precision", "fp4", "must be one of bf16, fp16, fp8"),
     ("training", "global_batch", -1, "must be at least 1"),
-    ("training", "global_batch", float("nan"), "must be a number"),
+    ("training", "global_batch", float("nan"), "must be a number, not NaN"),
+    ("training", "global_batch", float("inf"), "must be a number, not Infinity"),
+    # JSON integers may have any number of digits: bounded, not an overflow.
+    ("training", "global_batch", 10**400, "must be at most 16777216"),
+    ("training", "global_batch", -(10**400), "must be at least 1"),
+    ("training", "global_batch", "1e400", "must be at most 16777216"),
+    ("model", "seq_len", 16777217, "must be at most 16777216 tokens (got 16777217)"),
+    ("model", "hidden", [], "must be a number, not a list"),
+    ("model", "name", {}, "must be a string, not an object"),
+    ("model", "name", "model \u202e evil", "must not contain bidirectional control characters"),
+    ("model", "name", "a\u2066b", "must not contain bidirectional control characters"),
 ])
 def test_field_errors_name_the_field(gpt3_doc, section, key, value, expected):
     gpt3_doc[section][key] = value
     errs = errors_of(gpt3_doc)
     assert expected in errs[f"{section}.{key}"][0]
+
+
+def test_missing_sections_are_required():
+    errs = errors_of({"training": {"global_batch": 8}})
+    assert errs["model"] == ["is required"] and errs["cluster"] == ["is required"]
 
 
 def test_absurd_sizes_are_bounded(gpt3_doc):

@@ -77,6 +77,21 @@ def test_a_bad_base_field_is_named_once_under_base(catalog):
     assert errors == {"base.training.global_batch": ["must be a number, not 'many'"]}
 
 
+def test_a_bad_base_field_is_the_bases_whatever_the_axes(catalog):
+    # Every scenario has it, so no axis caused it, even one in the same section.
+    base = {**BASE, "training": {"global_batch": "abc"}}
+    errors = errors_of(base, {"cluster.num_gpus": [256, 512], "training.precision": ["bf16", "fp8"]}, catalog)
+    assert errors == {"base.training.global_batch": ["must be a number, not 'abc'"]}
+    base = {**BASE, "cluster": {k: v for k, v in BASE["cluster"].items() if k != "num_gpus"}}
+    assert errors_of(base, {"cluster.gpu.peak_tflops": [900, 1000]}, catalog) == {
+        "base.cluster.num_gpus": ["is required"]}
+
+
+def test_one_axis_past_the_bound_is_counted_plainly(catalog):
+    errors = errors_of(BASE, {"cluster.num_gpus": [8 * i for i in range(1, 1100)]}, catalog)
+    assert errors == {"vary": [f"makes 1,099 scenarios; at most {MAX_SCENARIOS:,}"]}
+
+
 def test_a_field_axis_overrides_that_field_of_each_named_row_and_a_missing_vary_is_refused(catalog):
     scenarios = expand(BASE, {"cluster.gpu": ["B200", "H100 SXM5 80GB"], "cluster.gpu.memory_gib": [80]}, catalog)
     assert [(s.spec.cluster.gpu.name, s.spec.cluster.gpu.memory_gib) for s in scenarios] == [

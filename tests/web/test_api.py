@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.test import Client
 
 from planner.catalog import load_catalog
 from webui import services
@@ -41,10 +42,14 @@ def test_the_api_takes_the_shared_examples(client, seeded):
     (b"", "spec", "must be a JSON object"),
     (b"{not json", "spec", "is not valid JSON"),
     (b"\xff\xfe", "spec", "is not valid JSON"),
-    ("[1, 2]", "spec", "must be a JSON object, not list"),
+    ("[1, 2]", "spec", "must be a JSON object, not a list"),
     ({"model": {}}, "model.layers", "is required"),
     ({"cluster": {"num_gpus": 8, "gpu": "Imaginary", "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"}},
      "cluster.gpu", "unknown catalog name 'Imaginary'"),
+    # More digits than a float holds, and nesting past the decoder's recursion: bad input, not a 500.
+    ('{"cluster": {"num_gpus": 1' + "0" * 400 + "}}", "cluster.num_gpus", "must be at most 1048576"),
+    ("[" * 990 + "]" * 990, "spec", "nested more than 32 levels deep"),
+    ('{"model": ' + "[" * 40 + "]" * 40 + "}", "spec", "nested more than 32 levels deep"),
 ])
 def test_bad_input_is_a_400_naming_the_field(client, seeded, body, field, message):
     response = post(client, body)
@@ -101,9 +106,17 @@ def test_unknown_plans_are_a_json_404(client, url):
     assert response.status_code == 404 and response.json() == {"error": "not found"}
 
 
-def test_wrong_methods_are_refused(client, seeded):
+def test_wrong_methods_are_refused(client, seeded, small_spec):
     assert client.get("/api/plans").status_code == 405
     assert client.post("/api/catalog").status_code == 405
+    code = post(client, small_spec).json()["code"]
+    # With CSRF checks on, as a browser would be: still a JSON 405 naming the methods, never the CSRF page.
+    strict = Client(enforce_csrf_checks=True)
+    for method in ("delete", "put", "patch"):
+        response = getattr(strict, method)(f"/api/plans/{code}")
+        assert response.status_code == 405 and response["Allow"] == "GET, HEAD"
+        assert response.json() == {"errors": {"method": [f"{method.upper()} is not allowed here; use GET or HEAD"]}}
+    assert Plan.objects.filter(code=code).exists()
 
 
 def test_the_catalog_lists_every_row_as_spec_fields(client, seeded):

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 from django.db import connections
+from django.utils import timezone
 
 from planner.catalog import load_catalog
+from webui import services
+from webui.models import Plan
 
 from .conftest import ROOT
 
@@ -111,6 +114,19 @@ def test_bad_input_in_the_browser_is_shown_next_to_the_field(web, seeded, browse
     error = page.locator("[data-field=num_gpus] .error")
     assert "must be a positive multiple of node.gpus (8)" in error.inner_text()
     assert page.input_value("input[name=num_gpus]") == "100"  # what was typed is kept
+
+
+def test_a_search_cut_off_while_the_page_is_open_is_said_there(web, seeded, browser, small_spec):
+    # A plan saved as sent but never put on the queue, so that no worker of another test takes it: it stays
+    # queued. Then what delivery.plan_lost leaves when a search process dies.
+    spec = services.spec_parse(data=small_spec).to_dict()
+    plan = Plan.objects.create(spec=spec, spec_hash=services.spec_hash(spec), dispatched_at=timezone.now())
+    page = browser.new_page()
+    page.goto(web.url + plan.get_absolute_url())
+    assert page.locator("#progress-restarted").is_hidden()
+    Plan.objects.filter(pk=plan.pk).update(attempts=1)
+    page.wait_for_selector("#progress-restarted", state="visible", timeout=15_000)
+    assert "searched again from the start; nothing is lost" in page.inner_text("#progress-restarted")
 
 
 # One small plan on each GPU, node and fabric added for 2026; Llama 3 8B with one pipeline stage keeps each

@@ -100,6 +100,15 @@ def test_import_updates_by_name_and_reports_unchanged(seeded):
      "source: must not contain NUL"),
     ([{"model": "webui.gputype", "fields": {"name": "x", "peak_tflops": "fast", "memory_gib": 1,
                                              "memory_gbytes_per_s": 1}}], "row 1 (x): peak_tflops"),
+    # Checked as the file gives them: Django would have stored 1.5 SMs as 1.
+    ([{"model": "webui.gputype", "fields": {"name": "x", "peak_tflops": 100, "memory_gib": 80,
+                                             "memory_gbytes_per_s": 100, "sm_count": 1.5}}],
+     "row 1 (x): sm_count: must be a whole number (got 1.5)"),
+    ([{"model": "webui.gputype", "fields": {"name": "x", "peak_tflops": 100, "memory_gib": 80,
+                                             "memory_gbytes_per_s": 100}},
+      {"model": "webui.gputype", "fields": {"name": "x", "peak_tflops": 200, "memory_gib": 80,
+                                             "memory_gbytes_per_s": 100}}],
+     "row 2 (x): repeats the name of row 1"),
 ])
 def test_import_rejects_bad_rows_with_a_message(rows, expected):
     with pytest.raises(ValidationError) as info:
@@ -151,3 +160,10 @@ def test_the_2026_rows_pass_the_models_own_checks(seeded):
             assert row.source, name
     mi355x = GPUType.objects.get(name="AMD MI355X")
     assert (mi355x.peak_tflops, mi355x.memory_gib, mi355x.sm_count) == (2516.6, 288, 256)
+
+
+def test_import_says_a_missing_figure_once(db):
+    row = {"model": "webui.gputype", "fields": {"name": "x", "peak_tflops": 100, "memory_gbytes_per_s": 100}}
+    with pytest.raises(ValidationError) as info:
+        services.catalog_import(rows=[row])
+    assert info.value.messages == ["row 1 (x): memory_gib: is required"]

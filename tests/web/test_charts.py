@@ -82,6 +82,15 @@ def test_the_placement_map_has_one_row_per_node_and_outlines_each_nvlink_domain(
         (-0.5, 0.5, -0.5, 7.5), (0.5, 1.5, -0.5, 7.5)]
 
 
+def test_with_context_parallelism_each_gpu_is_labelled_with_its_cp_rank():
+    answer = copy.deepcopy(ANSWER)
+    for c in answer["placement_map"]["cells"]:  # TP 4 x CP 2 in each node: TP and DP alone repeat
+        c.update(tp=c["gpu"] % 4, cp=c["gpu"] // 4 % 2)
+    text = charts.placement_map(answer)["data"][0]["text"]
+    assert text[0][0] == "TP0 CP0 DP0" and text[0][4] == "TP0 CP1 DP0"
+    assert len(set(text[0])) == 8
+
+
 def test_an_nvlink_domain_larger_than_a_node_is_outlined_across_nodes():
     answer = copy.deepcopy(ANSWER)
     answer["placement_map"] = {"gpus_per_node": 4, "gpus_total": 144, "gpus_shown": 16, "cells": [

@@ -2,9 +2,11 @@
 gunicorn and a Celery worker do (the whole `make run` is stopped mid-search in test_faults.py)."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -63,3 +65,57 @@ def test_stop_kills_what_no_signal_stopped_at_the_deadline(tmp_path, monkeypatch
     assert 2.5 <= time.monotonic() - started < 5
     assert worker.returncode == -signal.SIGKILL and web.returncode == 0
     assert worker_log.read_text().split()[1:] == ["QUIT"]  # one: a second would be Celery's hard shutdown
+
+
+class FakeArgs:
+    host, port, workers = "127.0.0.1", 0, 1
+
+    def __init__(self, tmp_path: Path):
+        self.worker_log = tmp_path / "worker.log"
+
+
+def run_main(monkeypatch, tmp_path: Path, worker_lives: list[bool], stop_after_s: float | None) -> tuple[int, list]:
+    """serve.main with stand-in children: each worker started exits at once or lives (worker_lives, in order);
+    SIGTERM to this process after stop_after_s, as `make` passes on Ctrl-C. Signal handlers are restored."""
+    started: list[subprocess.Popen] = []
+
+    def fake_worker(args):
+        lives = worker_lives[len(started)] if len(started) < len(worker_lives) else worker_lives[-1]
+        if lives:
+            process, _ = child(tmp_path, f"worker{len(started)}", quits_to_exit=1)
+        else:
+            process = subprocess.Popen([sys.executable, "-c", "pass"], process_group=0)
+        started.append(process)
+        return process
+
+    monkeypatch.setattr(serve, "start_worker", fake_worker)
+    monkeypatch.setattr(serve, "start", lambda args: {"web server": child(tmp_path, "web", 99)[0],
+                                                      "worker": fake_worker(args)})
+    monkeypatch.setattr(serve.argparse.ArgumentParser, "parse_args", lambda self, argv=None: FakeArgs(tmp_path))
+    saved = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    timer = threading.Timer(stop_after_s, os.kill, (os.getpid(), signal.SIGTERM)) if stop_after_s else None
+    try:
+        if timer:
+            timer.start()
+        return serve.main([]), started
+    finally:
+        if timer:
+            timer.cancel()
+        signal.signal(signal.SIGINT, saved[0])
+        signal.signal(signal.SIGTERM, saved[1])
+
+
+def test_a_worker_that_dies_is_started_again_and_stopped_with_the_rest(monkeypatch, tmp_path, capsys):
+    code, started = run_main(monkeypatch, tmp_path, worker_lives=[False, True], stop_after_s=2.0)
+    assert code == 0 and len(started) == 2
+    assert started[1].returncode == 0  # the second worker got its cold shutdown at the stop
+    assert "the worker stopped (exit status 0); starting another" in capsys.readouterr().err
+
+
+def test_a_worker_that_keeps_dying_stops_make_run_instead_of_looping(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(serve, "MAX_WORKER_RESTARTS", 2)
+    code, started = run_main(monkeypatch, tmp_path, worker_lives=[False], stop_after_s=None)
+    assert code == 1 and len(started) == 3  # the first start and two restarts
+    err = capsys.readouterr().err
+    assert "the worker stopped 3 times within 60 s; not starting it again" in err
+    assert "make run: the worker stopped; see its output above" in err

@@ -84,6 +84,10 @@ def test_a_bad_axis_is_a_400_naming_it_and_nothing_is_saved(client, seeded, vary
     ({"vary": {"cluster.num_gpus": [64]}}, "base", "must be a spec object"),
     ([1], "sweep", "must be a JSON object"),
     (b"{oops", "sweep", "is not valid JSON"),
+    ("[" * 990 + "]" * 990, "sweep", "nested more than 32 levels deep"),
+    ({"base": BASE, "vary": {"cluster.num_gpus": [64, 10**400]}}, "vary.cluster.num_gpus", "must be at most"),
+    ({"base": BASE, "vary": {"cluster.num_gpus": [64]}, "goal": {"tokens": 10**400, "deadline_days": 30}},
+     "goal.tokens", "must be more than 0 and at most 1e+16 tokens (got 100000000000..., 401 digits)"),
 ])
 def test_a_bad_base_goal_or_body_is_a_400_naming_the_field(client, seeded, body, field, message):
     response = post(client, body)
@@ -111,6 +115,9 @@ def test_a_finished_sweep_reports_time_cost_goal_and_the_cheapest_scenario(clien
     assert h100["gpu_hours"] == pytest.approx(128 * days * 24, rel=1e-5)
     assert h100["cost"] == pytest.approx(2.0 * 128 * days * 24, rel=1e-5)
     assert h100["meets_goal"] is (days <= 60)
+    # The scenario's own plan trains the goal's tokens: its page gives the same time to train.
+    assert plan.spec["training"]["tokens"] == 1e12
+    assert best_layout["time_to_train_s"] == pytest.approx(days * 86400, rel=1e-5)
     assert by_values[(128, "B200")]["cost"] is None  # B200 has no price in the catalog
     meeting = [r for r in data["scenarios"] if r["meets_goal"]]
     assert meeting, data["scenarios"]
@@ -128,6 +135,16 @@ def test_a_finished_sweep_reports_time_cost_goal_and_the_cheapest_scenario(clien
     for chart in ("time-vs-gpus", "cost-vs-time", "mfu-heatmap"):
         assert f'id="chart-{chart}"' in page
     assert f'href="/plans/{h100["plan"]}/"' in page and 'id="sweep-best"' in page
+
+
+def test_a_scenario_with_no_feasible_layout_says_so_in_the_table(client, seeded):
+    body = {"base": {**BASE, "model": "Llama 3.1 405B"}, "vary": {"cluster.num_gpus": [8, 16]}}
+    code = post(client, body).json()["code"]
+    run_plans(code)
+    data = client.get(f"/api/sweeps/{code}").json()
+    assert [(r["status"], r["layout"]) for r in data["scenarios"]] == [("done", None), ("done", None)]
+    page = client.get(f"/sweeps/{code}/").content.decode()
+    assert page.count("no feasible layout (its plan says why)") == 2
 
 
 def test_identical_scenarios_reuse_finished_answers(client, seeded):
@@ -159,6 +176,13 @@ def test_the_sweep_form_makes_a_sweep_and_puts_errors_beside_their_fields(client
     assert "must be a number" in errors["deadline_days"][0]
     assert 'data-field="num_gpus"' in response.content.decode()
     assert Sweep.objects.count() == 1
+    # A bad base field is said once, beside its own field, whatever the axes.
+    response = client.post("/sweeps/new/", {**fields, "global_batch": "abc", "precisions": ["bf16", "fp8"]})
+    errors = response.context["form"].errors
+    assert errors["global_batch"] == ["must be a number, not 'abc'"] and "precisions" not in errors
+    # GPU counts written as 1e3 or 256.0 are whole numbers.
+    client.post("/sweeps/new/", {**fields, "num_gpus": "2.56e2, 512.0"})
+    assert Sweep.objects.latest("created_at").vary["cluster.num_gpus"] == [256, 512]
     assert client.get("/sweeps/new/").status_code == 200
     assert 'href="/sweeps/new/"' in client.get("/").content.decode()
 

@@ -73,12 +73,15 @@ def test_a_queued_plan_shows_progress_that_updates_itself(client, small_spec, se
 
 def test_a_plan_whose_search_process_died_says_it_is_searched_again(client, small_spec, seeded):
     plan = make_plan(small_spec, dispatched_at=timezone.now())
-    assert 'id="progress-restarted"' not in client.get(plan.get_absolute_url()).content.decode()
+    # Always on the page, for plan.js to show when a poll finds the search cut off; hidden until then.
+    assert 'id="progress-restarted" hidden' in client.get(plan.get_absolute_url()).content.decode()
     Plan.objects.filter(pk=plan.pk).update(attempts=1)  # what delivery.plan_lost leaves: queued, one try cut off
     page = client.get(plan.get_absolute_url()).content.decode()
-    assert 'id="progress-restarted"' in page and "searched again from the start; nothing is lost" in page
+    assert 'id="progress-restarted">' in page and "searched again from the start; nothing is lost" in page
     Plan.objects.filter(pk=plan.pk).update(status="running", attempts=2)
-    assert 'id="progress-restarted"' in client.get(plan.get_absolute_url()).content.decode()
+    assert 'id="progress-restarted">' in client.get(plan.get_absolute_url()).content.decode()
+    Plan.objects.filter(pk=plan.pk).update(status="running", attempts=1)
+    assert 'id="progress-restarted" hidden' in client.get(plan.get_absolute_url()).content.decode()
 
 
 def test_a_plan_the_broker_has_not_taken_yet_says_it_is_waiting_for_the_queue(client, small_spec, seeded):

@@ -8,6 +8,7 @@ from pathlib import Path
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from planner import jsonio
 from webui import services
 
 
@@ -29,7 +30,7 @@ class Command(BaseCommand):
             else:
                 if not file:
                     raise CommandError("import needs a FILE")
-                rows = json.loads(Path(file).read_text())
+                rows = jsonio.loads(Path(file).read_text())
                 self._report(services.catalog_import(rows=rows, update_existing=not keep_existing))
         except (OSError, ValueError) as err:
             raise CommandError(str(err)) from err

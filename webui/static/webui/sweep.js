@@ -17,7 +17,11 @@
   }
 
   var CELLS = {
-    layout: function (row) { return row.layout || ""; },
+    layout: function (row) {  // as the page's template words it
+      if (row.layout) return row.layout;
+      if (row.status === "done") return "no feasible layout (its plan says why)";
+      return row.status === "failed" ? "the search failed (see its plan)" : "";
+    },
     step_time_s: function (row) { return row.step_time_s === null ? "–" : number(row.step_time_s) + " s"; },
     tokens_per_s: function (row) { return number(row.tokens_per_s); },
     mfu: function (row) { return row.mfu === null ? "–" : (100 * row.mfu).toFixed(1) + "%"; },
