@@ -46,6 +46,10 @@ def test_every_field_has_a_label_and_help_and_numbers_carry_units(catalog):
     assert form.fields["model__seq_len"].label == "Sequence length (tokens)"
     widget = form.fields["model__layers"].widget
     assert (widget.attrs["min"], widget.attrs["max"], widget.attrs["step"]) == ("1", "2048", 1)
+    # Bounds exactly as the engine's tables give them: %g had written 16777216 as 1.67772e+07, below the bound,
+    # so the browser refused a value the engine takes.
+    assert form.fields["model__seq_len"].widget.attrs["max"] == "16777216"
+    assert form.fields["training__global_batch"].widget.attrs["max"] == "16777216"
 
 
 def test_a_preset_is_used_as_it_is_whatever_the_fields_say(catalog):
