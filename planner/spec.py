@@ -446,7 +446,7 @@ def _coerce(f: Field, value: Any, path: str, errs: _Collector) -> Any:
             errs.add(path, "must be at most 200 characters")
             return None
         return value
-    number = _as_number(value)
+    number = as_number(value)
     if number is None:
         errs.add(path, f"must be a number, not {_describe(value)}")
         return None
@@ -480,7 +480,9 @@ def fmt_number(x: float) -> str:
     return f"{x:.15g}"
 
 
-def _as_number(value: Any) -> float | None:
+def as_number(value: Any) -> float | None:
+    """A JSON number or numeric text as a float; +-inf for one past any bound (more digits than a float holds,
+    "1e400"); None for anything else, NaN and Infinity included."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):

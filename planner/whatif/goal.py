@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..errors import FieldError, SpecError
-from ..spec import fmt_number
+from ..spec import as_number, fmt_number
 from .sweep import key_name
 
 SECONDS_PER_DAY = 86_400.0
@@ -55,15 +55,11 @@ def _positive(value: Any, field: str, hi: float, unit: str, errors: list[FieldEr
     if value is None or value == "":
         errors.append(FieldError(field, "is required"))
         return 0.0
-    try:
-        number = float(value) if not isinstance(value, bool) else math.nan
-    except OverflowError:  # a JSON integer of more digits than a float holds
-        number = math.inf if value > 0 else -math.inf
-    except (TypeError, ValueError):
-        number = math.nan
-    if math.isnan(number) or (math.isinf(number) and not isinstance(value, (int, str))):
+    number = as_number(value)  # the spec's own reading: 10**400 and "1e400" are past the bound, not errors
+    if number is None:
         errors.append(FieldError(field, f"must be a number, not {str(value)[:40]!r}"))
-    elif not 0 < number <= hi:
+        return math.nan
+    if not 0 < number <= hi:
         digits = len(str(value).lstrip("-"))
         got = fmt_number(number) if math.isfinite(number) else f"{str(value)[:12]}..., {digits} digits"
         errors.append(FieldError(field, f"must be more than 0 and at most {fmt_number(hi)} {unit} (got {got})"))
