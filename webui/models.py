@@ -228,8 +228,8 @@ class Plan(models.Model):
 
     @property
     def was_cut_off(self) -> bool:
-        """An earlier search of this plan stopped with its process (queued again after one, or running again);
-        plan.js tests the same on the status it polls."""
+        """An earlier search of this plan stopped with its process (queued again after one, or running again): the
+        plan page's note, and the API's `cut_off`, which plan.js polls."""
         return (self.status == self.Status.QUEUED and self.attempts > 0) or self.attempts > 1
 
     @property

@@ -347,6 +347,8 @@ def plan_as_dict(*, plan: Plan, launch_rank: int = 1) -> dict[str, Any]:
     if plan.status == Plan.Status.QUEUED:
         data["queue_position"] = plan_queue_position(plan=plan)
         data["waiting_for_broker"] = plan.is_waiting_for_broker
+    if plan.is_pending:
+        data["cut_off"] = plan.was_cut_off
     if plan.reused_from is not None:
         data["reused_from"] = {"code": str(plan.reused_from.code), "url": plan.reused_from.get_absolute_url()}
     if plan.status == Plan.Status.DONE:

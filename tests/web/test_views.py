@@ -78,6 +78,7 @@ def test_a_plan_whose_search_process_died_says_it_is_searched_again(client, smal
     Plan.objects.filter(pk=plan.pk).update(attempts=1)  # what delivery.plan_lost leaves: queued, one try cut off
     page = client.get(plan.get_absolute_url()).content.decode()
     assert 'id="progress-restarted">' in page and "searched again from the start; nothing is lost" in page
+    assert client.get(f"/api/plans/{plan.code}").json()["cut_off"] is True  # what plan.js polls
     Plan.objects.filter(pk=plan.pk).update(status="running", attempts=2)
     assert 'id="progress-restarted">' in client.get(plan.get_absolute_url()).content.decode()
     Plan.objects.filter(pk=plan.pk).update(status="running", attempts=1)

@@ -25,9 +25,7 @@
         .then(function (plan) {
           if (plan.status === "done" || plan.status === "failed") { window.location.reload(); return; }
           // A search cut off (its worker died) goes back to the queue: say so as it happens, not on a reload.
-          if ((plan.status === "queued" && plan.attempts > 0) || plan.attempts > 1) {
-            document.getElementById("progress-restarted").hidden = false;
-          }
+          if (plan.cut_off) document.getElementById("progress-restarted").hidden = false;
           badge.textContent = plan.status;
           badge.className = "badge status-" + plan.status;
           if (plan.status === "running") text.textContent = "Searching the layouts…";
