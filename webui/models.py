@@ -40,8 +40,17 @@ class CatalogRow(models.Model):
         values = {f.attname: getattr(self, f.attname) for f in self._meta.concrete_fields}
         return spec_fields_of(self.SECTION, values)
 
+    def full_clean(self, exclude=None, *args, **kwargs) -> None:
+        # A form leaves out (exclude) the fields it could not read; clean() must not judge their stale values too.
+        self._not_read = set(exclude or ())
+        try:
+            super().full_clean(exclude, *args, **kwargs)
+        finally:
+            del self._not_read
+
     def clean(self) -> None:
-        errors = section_errors(self.SECTION, self.spec_fields())
+        not_read = getattr(self, "_not_read", set())
+        errors = {k: v for k, v in section_errors(self.SECTION, self.spec_fields()).items() if k not in not_read}
         for f in self._meta.concrete_fields:  # PostgreSQL cannot store NUL in text
             if "\x00" in str(getattr(self, f.attname) or ""):
                 errors.setdefault(f.attname, []).append("must not contain NUL characters")

@@ -1,4 +1,4 @@
-"""A DeepSpeed config for one plan that uses ZeRO; keys from deepspeed_keys.txt. DeepSpeed reads its config with
+"""A DeepSpeed config for one plan (ZeRO stage 0 for plain data parallelism); keys from deepspeed_keys.txt. DeepSpeed reads its config with
 hjson (deepspeed/runtime/config.py), so the comment lines are part of a valid file."""
 from __future__ import annotations
 
@@ -10,9 +10,6 @@ from .common import Emitter, Job, heading
 def deepspeed(job: Job) -> tuple[str, Emitter]:
     em = Emitter.of("deepspeed")
     head = [f"// {x}" for x in heading(job, "DeepSpeed config", em.lists[0]) if x]
-    if job.zero == 0:
-        em.note("the plan uses no ZeRO (plain data parallelism), so it needs no DeepSpeed config")
-        return "\n".join(head + [f"// {n}" for n in em.notes]) + "\n", em
     config: dict[str, object] = {}
 
     def key(path: str, value: object) -> None:
@@ -27,8 +24,9 @@ def deepspeed(job: Job) -> tuple[str, Emitter]:
     precision = job.spec.training.precision
     key("fp16.enabled" if precision == "fp16" else "bf16.enabled", True)
     key("zero_optimization.stage", job.zero)
-    key("zero_optimization.overlap_comm", bool(job.spec.training.overlap_grad_reduce))
-    key("zero_optimization.contiguous_gradients", True)
+    if job.zero >= 1:
+        key("zero_optimization.overlap_comm", bool(job.spec.training.overlap_grad_reduce))
+        key("zero_optimization.contiguous_gradients", True)
     if job.zero >= 2:
         key("zero_optimization.reduce_scatter", True)
     degrees = ", ".join(f"{k.upper()} {v}" for k, v in (("tp", job.tp), ("pp", job.pp), ("cp", job.cp),
@@ -37,6 +35,9 @@ def deepspeed(job: Job) -> tuple[str, Emitter]:
         where = "Megatron-DeepSpeed flags" + (f", PipelineModule(num_stages={job.pp})" if job.pp > 1 else "")
         em.note(f"{degrees}: set in the model code ({where}), not in this file; DeepSpeed's data-parallel size "
                 f"is then {job.dp}")
+    if job.vpp > 1:
+        em.note(f"{job.vpp} virtual stages per pipeline rank: DeepSpeed's pipeline engine runs one stage per rank "
+                f"(no interleaved schedule), so its bubble is {job.vpp} times the plan's")
     if job.recompute != "none":
         share = f" of {job.recompute_fraction:.0%} of the layers" if job.recompute_fraction < 1 else ""
         em.note(f"{job.recompute} recompute{share}: done by the model code (deepspeed.checkpointing around each "

@@ -71,6 +71,9 @@ def _parallel(job: Job, arg, em: Emitter) -> None:
         arg("--context-parallel-size", job.cp)
     if job.ep > 1:
         arg("--expert-model-parallel-size", job.ep)
+    if job.spec.model.is_moe and job.tp > 1:
+        # The plan keeps routed experts whole (expert TP 1); Megatron's expert TP defaults to the TP size.
+        arg("--expert-tensor-parallel-size", 1)
     if job.sequence_parallel:
         arg("--sequence-parallel")
     if job.rank_order == "tp-cp-pp-dp":

@@ -112,9 +112,12 @@ def _parallelism(job: Job, key, em: Emitter) -> None:
         em.note("TP without sequence parallelism: torchtitan's tensor parallelism always shards the norms "
                 "along the sequence")
     key("parallelism", "context_parallel_degree", job.cp)
-    if job.ep > 1:  # experts borrow from dp_shard with expert TP = TP, as the plan carves EP out of DP
+    if job.ep > 1:  # the plan folds EP over TP·CP·DP with whole experts: expert TP 1
         key("parallelism", "expert_parallel_degree", job.ep)
-        key("parallelism", "expert_tensor_parallel_degree", job.tp)
+        key("parallelism", "expert_tensor_parallel_degree", 1)
+    elif job.spec.model.is_moe and job.tp > 1:
+        em.note("MoE without EP: torchtitan shards the experts over the TP ranks, where the plan keeps them whole "
+                "on every TP rank (expert TP 1)")
     if job.rank_order != "tp-cp-dp-pp":
         em.note(f"rank order {job.rank_order}: torchtitan's mesh is fixed at tp-cp-dp-pp (pipeline outermost), "
                 "so DP and PP groups land on other nodes than planned; TP stays inside the NVLink domain")

@@ -85,7 +85,7 @@ def names_in(framework: str, text: str) -> list[str]:
     if framework == "torchtitan":
         return flat_keys(tomllib.loads(text))
     if framework == "deepspeed":
-        return flat_keys(deepspeed_json(text)) if "{" in text else []
+        return flat_keys(deepspeed_json(text))
     return slurm_names(text)
 
 
@@ -126,12 +126,11 @@ def test_each_export_of_the_examples_carries_the_layout_batch_and_schedule(name)
     else:
         assert t["training"]["local_batch_size"] == lay["micro_batch"]
 
-    if lay["zero"]:
-        ds = deepspeed_json(exports["deepspeed"].text)
-        assert ds["zero_optimization"]["stage"] == lay["zero"]
-        assert ds["train_batch_size"] == spec.training.global_batch
-        assert ds["train_batch_size"] == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] \
-            * lay["dp"]
+    ds = deepspeed_json(exports["deepspeed"].text)
+    assert ds["zero_optimization"]["stage"] == lay["zero"]
+    assert ds["train_batch_size"] == spec.training.global_batch
+    assert ds["train_batch_size"] == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] \
+        * lay["dp"]
 
     s = exports["slurm"].text
     nodes = int(re.search(r"#SBATCH --nodes=(\d+)", s).group(1))
@@ -248,11 +247,46 @@ def test_an_nvl72_job_asks_slurm_for_whole_racks():
 # What a framework cannot express is said, not guessed
 
 
-def test_deepspeed_says_a_plan_without_zero_needs_no_config():
-    spec, entry = small_plan(H100_32, {"zero": 0, "tp": 8, "pp": 1})
+def test_deepspeed_gives_a_plan_without_zero_its_batch_and_stage_0():
+    """ZeRO 0 is still a DeepSpeed run: the engine (and its pipeline engine) needs the batch, the micro-batch and
+    the accumulation steps; an interleaved schedule, which DeepSpeed's pipeline cannot run, is said."""
+    spec, entry = small_plan(H100_32, {"zero": 0, "tp": 4, "pp": 2, "vpp": 3, "micro_batch": 1})
     export = launch_config(spec, entry, "deepspeed")
-    assert export.names == () and "{" not in export.text
-    assert "uses no ZeRO" in export.text
+    ds = deepspeed_json(export.text)
+    assert ds["zero_optimization"] == {"stage": 0}
+    assert (ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (
+        64, 1, 64 // 4)
+    assert any("3 virtual stages per pipeline rank" in n and "no interleaved schedule" in n for n in export.notes)
+
+
+MOE = {**SMALL, "experts": 16, "top_k": 2}
+
+
+def moe_plan(layout: dict) -> tuple:
+    doc = {"model": MOE, "training": {"global_batch": 64}, "cluster": H100_32, "layout": layout}
+    spec = parse_spec(doc, load_catalog())
+    result = plan(spec, top=1)
+    assert result["plans"], result["rejected"]
+    return spec, result["plans"][0]
+
+
+def test_moe_exports_keep_the_experts_whole_as_the_plan_costs_them():
+    """The engine costs routed experts unsplit by TP (expert TP 1), with EP folded over TP·CP·DP. Megatron's
+    expert TP defaults to the TP size and torchtitan's was written as TP: both must say 1."""
+    spec, entry = moe_plan({"tp": 2, "pp": 1, "ep": 8})
+    m = megatron_args(launch_config(spec, entry, "megatron").text)
+    assert (m["--expert-model-parallel-size"], m["--expert-tensor-parallel-size"]) == ("8", "1")
+    par = tomllib.loads(launch_config(spec, entry, "torchtitan").text)["parallelism"]
+    assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (8, 1)
+
+    spec, entry = moe_plan({"tp": 2, "pp": 1, "ep": 1})
+    assert megatron_args(launch_config(spec, entry, "megatron").text)["--expert-tensor-parallel-size"] == "1"
+    export = launch_config(spec, entry, "torchtitan")
+    assert "expert_tensor_parallel_degree" not in tomllib.loads(export.text)["parallelism"]
+    assert any("shards the experts over the TP ranks" in n for n in export.notes)
+
+    spec, entry = small_plan(H100_32, {"tp": 2, "pp": 1})  # dense: no expert flags at all
+    assert "--expert-tensor-parallel-size" not in megatron_args(launch_config(spec, entry, "megatron").text)
 
 
 def test_deepspeed_carries_the_zero_stage_and_says_where_tp_and_pp_go():

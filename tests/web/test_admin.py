@@ -44,6 +44,19 @@ def test_the_admin_refuses_a_row_the_engine_rejects(staff):
     assert not GPUType.objects.filter(name="Broken").exists()
 
 
+@pytest.mark.parametrize("peak, django_says", [("", "This field is required."), ("abc", "Enter a number.")])
+def test_a_value_the_form_cannot_read_gets_one_message(staff, peak, django_says):
+    """Django's own message only: the engine's rules do not judge the value the form could not read."""
+    response = staff.post("/admin/webui/gputype/add/", {
+        "name": "Blank", "peak_tflops": peak, "memory_gib": "80", "memory_gbytes_per_s": "3000",
+        "sm_count": "132", "source": ""})
+    page = response.content.decode()
+    assert response.status_code == 200 and django_says in page
+    assert "is required</li>" not in page.replace("This field is required.</li>", "")
+    assert "must be a number" not in page
+    assert not GPUType.objects.filter(name="Blank").exists()
+
+
 def test_selected_rows_export_as_a_fixture(staff):
     pk = GPUType.objects.get(name="B200").pk
     response = staff.post("/admin/webui/gputype/", {"action": "export_selected", "_selected_action": [pk]})
