@@ -15,11 +15,12 @@ from django import forms
 
 from planner import PlanSpec, SpecError
 from planner.catalog import Catalog
-from planner.spec import MAX_GPUS, REQUIRED, SECTIONS, Field, fmt_number
+from planner.spec import MAX_GPUS, REQUIRED, SECTIONS, Field, as_number, fmt_number
 
 from . import options, services
 
 CUSTOM = "custom"
+MODIFIED = " (modified)"  # appended to a catalog name whose values the form changed
 HARDWARE = ("gpu", "node", "fabric")
 # spec section -> form prefix
 PREFIX = {"model": "model", "training": "training", "cluster.gpu": "gpu", "cluster.node": "node",
@@ -193,10 +194,10 @@ class PlanForm(forms.Form):
         cluster: dict[str, Any] = {"num_gpus": self._value("num_gpus")}
         for hw in HARDWARE:
             choice = self.cleaned_data.get(hw)
-            cluster[hw] = self._section_values(hw) if choice == CUSTOM else choice
+            cluster[hw] = self._custom_values(hw, inherits=True) if choice == CUSTOM else choice
         layout = {k: v for k, v in self._section_values("layout").items() if v is not None}
         return {
-            "model": self._section_values("model") if preset == CUSTOM else dict(self.catalog["model"][preset]),
+            "model": self._custom_values("model") if preset == CUSTOM else dict(self.catalog["model"][preset]),
             "training": self._section_values("training"),
             "cluster": cluster,
             "layout": layout,
@@ -205,6 +206,22 @@ class PlanForm(forms.Form):
     def _value(self, name: str) -> Any:
         value = self.cleaned_data.get(name)
         return None if value == "" else value
+
+    def _custom_values(self, prefix: str, inherits: bool = False) -> dict[str, Any]:
+        """A custom section's values. One that still carries a catalog row's name (the fields start from the row
+        chosen before) but no longer has the row's values is renamed "<name> (modified)": a plan must not name
+        hardware or a model it does not describe. A hardware section keeps the numbers it had, since the engine
+        would have filled its empty fields from the row of that name (`inherits`)."""
+        values = self._section_values(prefix)
+        name = values.get("name")
+        row = self.catalog["model" if prefix == "model" else prefix].get(name) if isinstance(name, str) else None
+        if row is None:
+            return values
+        if inherits:
+            values = {k: row.get(k) if v is None else v for k, v in values.items()}
+        if all(_same(values.get(k), v) for k, v in row.items() if k in values):
+            return values
+        return values | {"name": name[:200 - len(MODIFIED)] + MODIFIED}
 
     def _section_values(self, prefix: str) -> dict[str, Any]:
         return {f.name: self._value(f"{prefix}__{f.name}") for f in SECTIONS[SECTION_OF[prefix]]}
@@ -250,6 +267,13 @@ def initial_for(catalog: Catalog, spec: dict[str, Any] | None = None) -> dict[st
             continue
         initial.update({f"{key}__{k}": v for k, v in fields.items() if v is not None})
     return initial | choices
+
+
+def _same(typed: Any, stored: Any) -> bool:
+    """A posted value (text) against a catalog value: numbers by value, so "8" and "900.0" match 8 and 900."""
+    if isinstance(stored, (int, float)) and not isinstance(stored, bool) and isinstance(typed, str):
+        return as_number(typed) == stored
+    return typed == stored
 
 
 def _catalog_match(table: dict[str, dict[str, Any]], fields: dict[str, Any] | None) -> str:

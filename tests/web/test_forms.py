@@ -70,6 +70,21 @@ def test_custom_hardware_uses_the_typed_fields(catalog):
     assert (form.spec.cluster.gpu.name, form.spec.cluster.gpu.memory_gib) == ("Next GPU", 120)
 
 
+def test_a_changed_catalog_row_is_not_named_as_the_row(catalog):
+    """Switching to custom keeps the row's fields, its name too: a 7-GPU node left named "DGX H100", or an edited
+    Llama 3 70B, must not be labelled as the catalog entry on a shared plan page."""
+    form = PlanForm(post_data(catalog, node=CUSTOM, node__gpus="7", node__nvlink_domain_gpus="7", num_gpus="7",
+                              model_preset=CUSTOM, model__layers="40"), catalog=catalog)
+    assert form.is_valid(), form.errors
+    node = form.spec.cluster.node
+    assert (node.name, node.gpus, node.nics) == ("DGX H100 (modified)", 7, catalog["node"]["DGX H100"]["nics"])
+    assert (form.spec.model.name, form.spec.model.layers) == ("Llama 3 70B (modified)", 40)
+    # Custom, but with the row's values: still that row.
+    form = PlanForm(post_data(catalog, node=CUSTOM, model_preset=CUSTOM), catalog=catalog)
+    assert form.is_valid(), form.errors
+    assert (form.spec.cluster.node.name, form.spec.model.name) == ("DGX H100", "Llama 3 70B")
+
+
 def test_engine_messages_land_next_to_their_fields(catalog):
     form = PlanForm(post_data(catalog, model_preset=CUSTOM, model__heads="60", num_gpus="100",
                               gpu=CUSTOM, gpu__memory_gib="-3"), catalog=catalog)
