@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from planner.whatif.goal import pareto_front
+from planner.whatif.sweep import value_text
 
 from .charts import PALETTE, Figure, _layout
 
 GPUS = "cluster.num_gpus"
 
 
-def _label(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+_label = value_text
 
 
 def _series_key(row: dict[str, Any], axes: list[str], skip: str) -> str:
@@ -97,8 +97,11 @@ def mfu_heatmap(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
             z[y][x] = r["mfu"]
             text[y][x] = f"{r['mfu'] * 100:.1f}%"
     down = ", ".join(a for a in axes if a != across) or "—"
+    # Both ends fixed (Plotly rescales to the data unless zmin and zmax are both given): 0 to the best MFU, so
+    # 51.7% and 51.9% look alike rather than at the two ends of the scale.
+    top = max(r["mfu"] for r in rows if r.get("mfu") is not None)
     return {"data": [{"type": "heatmap", "z": z, "x": columns, "y": lines, "text": text, "texttemplate": "%{text}",
-                      "colorscale": "Viridis", "zmin": 0, "colorbar": {"title": {"text": "MFU"}, "tickformat": ".0%"},
+                      "colorscale": "Viridis", "zmin": 0, "zmax": top, "zauto": False, "colorbar": {"title": {"text": "MFU"}, "tickformat": ".0%"},
                       "hovertemplate": "%{y}<br>" + across + " %{x}: MFU %{text}<extra></extra>", "xgap": 2, "ygap": 2}],
             "layout": _layout(f"MFU of each scenario's best layout ({across} across; {down} down)",
                               height=160 + 36 * len(lines), xaxis={"title": {"text": across}, "type": "category"},

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from dataclasses import replace
 from typing import Any, Mapping
 
@@ -136,7 +137,7 @@ def sweep_csv(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None) -> str:
 def _cell(value: Any) -> str:
     if value is None:
         return ""
-    text = str(value).lower() if isinstance(value, bool) else str(value)
+    text = value if isinstance(value, str) else json.dumps(value, default=str)  # JSON for objects, true/false
     return "'" + text if text[:1] in ("=", "+", "-", "@") and not _is_number(text) else text  # no spreadsheet formulas
 
 

@@ -152,6 +152,16 @@ def scenario_label(values: Mapping[str, Any]) -> str:
     return "{" + ", ".join(f"{path}: {_short(v)}" for path, v in values.items()) + "}"
 
 
+def value_text(value: Any) -> str:
+    """An axis value as a table or a chart labels it: text as it is, true/false, numbers as JSON writes them, an
+    inline object by its name when it has one (an inline node {"name": "6g", ...} is "6g"), else as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("name"), str) and value["name"].strip():
+        return value["name"]
+    return json.dumps(value, default=str)
+
+
 def _short(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from planner import SpecError
-from planner.whatif.sweep import MAX_SCENARIOS, axis_paths, expand, scenario_doc, scenario_label
+from planner.whatif.sweep import MAX_SCENARIOS, axis_paths, expand, scenario_doc, scenario_label, value_text
 
 BASE = {"model": "Llama 3 70B", "training": {"global_batch": 1024, "precision": "bf16"},
         "cluster": {"num_gpus": 256, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
@@ -111,3 +111,9 @@ def test_every_engine_field_is_a_path_and_the_base_is_not_changed(catalog):
     assert base["cluster"]["gpu"] == "H100 SXM5 80GB"
     assert scenario_label({"cluster.num_gpus": 100, "training.precision": "fp8"}) == (
         "{cluster.num_gpus: 100, training.precision: fp8}")
+
+
+def test_axis_values_are_labelled_as_people_read_them():
+    assert [value_text(v) for v in ("fp8", True, 256, 0.5, None)] == ["fp8", "true", "256", "0.5", "null"]
+    assert value_text({"name": "6g", "gpus": 6}) == "6g"
+    assert value_text({"gpus": 6, "nics": 6}) == '{"gpus": 6, "nics": 6}'  # never Python's {'gpus': 6}

@@ -44,6 +44,17 @@ def test_the_mfu_heatmap_puts_gpu_counts_across_and_fabrics_down():
     assert heat["x"] == ["256", "512", "1024"] and heat["y"] == ["IB", "RoCE"]
     assert heat["z"] == [[0.5, 0.45, 0.41], [0.49, 0.44, None]]
     assert heat["text"][0][0] == "50.0%"
+    # The scale runs from 0 to the best MFU, both ends fixed: Plotly ignores zmin alone and stretches the data's
+    # own range, so 51.7% and 51.9% had come out at the two ends of the colour scale.
+    assert (heat["zmin"], heat["zmax"], heat["zauto"]) == (0, 0.5, False)
+
+
+def test_an_inline_axis_value_is_labelled_by_its_name_not_as_python_text():
+    node = {"name": "6g", "gpus": 6, "nvlink_gbytes_per_s": 900}
+    rows = [{**row(256, "IB", 40.0, 0.5), "values": {"cluster.num_gpus": 256, "cluster.node": node}},
+            {**row(256, "IB", 30.0, 0.5), "values": {"cluster.num_gpus": 256, "cluster.node": {"gpus": 4}}}]
+    heat = mfu_heatmap(rows, ["cluster.num_gpus", "cluster.node"])["data"][0]
+    assert heat["y"] == ["6g", '{"gpus": 4}']
 
 
 def test_nothing_finished_draws_nothing():

@@ -5,6 +5,8 @@ from typing import Any
 
 from django import template
 
+from planner.whatif.sweep import value_text as _value_text
+
 register = template.Library()
 
 
@@ -104,3 +106,9 @@ def option_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     return "–" if value is None else str(value)
+
+
+@register.filter
+def value_text(value: Any) -> str:
+    """A sweep axis value as the tables label it (planner.whatif.sweep.value_text)."""
+    return _value_text(value)
