@@ -43,7 +43,7 @@ def slurm(job: Job) -> tuple[str, Emitter]:
     srun = [opt("srun", "--ntasks-per-node", 1), opt("srun", "--kill-on-bad-exit", 1)]
     lines = ["#!/bin/bash"] + [f"#SBATCH {s}" for s in sbatch if s]
     lines += [f"# {x}" for x in heading(job, "SLURM job with torchrun", em.lists[0]) if x]
-    lines += _placement_notes(job, g, dom, racks)
+    lines += _placement_notes(job, g, dom, racks if racks and job.nodes % racks == 0 else 0)
     lines += [f"# not expressed: {n}" for n in em.notes]
     lines += ['export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
               f"export MASTER_PORT={MASTER_PORT}",
@@ -56,6 +56,7 @@ def slurm(job: Job) -> tuple[str, Emitter]:
 
 
 def _placement_notes(job: Job, g: int, dom: int, racks: int) -> list[str]:
+    """The rank layout, and the --segment it asks for when the job is whole NVLink domains of `racks` nodes."""
     notes = [f"# ranks: node $SLURM_NODEID runs global ranks $SLURM_NODEID*{g} .. +{g - 1}, local rank i on GPU i; "
              f"rank order {job.rank_order} (innermost first): each TP group ({job.tp} consecutive rank"
              f"{'s' if job.tp > 1 else ''}) inside one {dom}-GPU NVLink domain"]

@@ -241,6 +241,11 @@ def test_an_nvl72_job_asks_slurm_for_whole_racks():
     text = launch_config(spec, entry, "slurm").text
     assert "#SBATCH --segment=18" in text and "#SBATCH --nodes=36" in text
     assert "--nproc-per-node=4" in text and '--node-rank="$SLURM_NODEID"' in text
+    # 20 trays are not whole racks: no --segment, and no note that says one keeps them together.
+    spec, entry = small_plan({"num_gpus": 80, "gpu": "GB300", "node": "GB300 NVL72 compute tray",
+                              "fabric": "XDR InfiniBand rail-optimized (Quantum-X800)"}, {"tp": 4})
+    text = launch_config(spec, entry, "slurm").text
+    assert "--segment" not in text and "not whole NVLink domains of 18 nodes" in text
 
 
 # --------------------------------------------------------------------------------------------------------
