@@ -1,6 +1,8 @@
 """How numbers read on the plan page."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from webui.templatetags import planner_format as fmt
@@ -23,3 +25,15 @@ def test_rates_percentages_and_reasons():
     assert fmt.percent(0.663) == "66.3%"
     assert fmt.reason("tp_crosses_nvlink_domain") == "TP crosses NVLink domain"
     assert fmt.by_count({"a": 1, "b": 5}) == [("b", 5), ("a", 1)]
+
+
+def test_the_request_reads_in_the_engines_field_order_whatever_the_database_gives_back():
+    """PostgreSQL's jsonb hands keys back sorted by length; the plan page shows the spec in the tables' order."""
+    shuffled = {"layout": {"pp": 2, "tp": 8}, "cluster": {"node": "DGX H100", "num_gpus": 64, "gpu": "H100"},
+                "training": {"precision": "bf16", "global_batch": 8}, "model": {"vocab": 5, "name": "m", "layers": 2}}
+    text = fmt.as_spec_json(shuffled)
+    assert list(json.loads(text)) == ["model", "training", "cluster", "layout"]
+    assert list(json.loads(text)["model"]) == ["name", "layers", "vocab"]
+    assert list(json.loads(text)["cluster"]) == ["num_gpus", "gpu", "node"]
+    assert list(json.loads(text)["training"]) == ["global_batch", "precision"]
+    assert list(json.loads(text)["layout"]) == ["tp", "pp"]

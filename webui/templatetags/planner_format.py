@@ -5,6 +5,7 @@ from typing import Any
 
 from django import template
 
+from planner.spec import SECTIONS
 from planner.whatif.sweep import value_text as _value_text
 
 register = template.Library()
@@ -74,6 +75,22 @@ def as_json(value: Any) -> str:
     import json
 
     return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+@register.filter
+def as_spec_json(spec: Any) -> str:
+    """A spec document as pretty JSON, sections and fields in the engine's table order whatever order the database
+    gave back (PostgreSQL's jsonb sorts keys by length)."""
+    return as_json(_in_field_order(spec))
+
+
+def _in_field_order(doc: Any, path: str = "") -> Any:
+    if not isinstance(doc, dict):
+        return doc
+    names = {"": ["model", "training", "cluster", "layout"], "cluster": ["num_gpus", "gpu", "node", "fabric"]}.get(
+        path) or [f.name for f in SECTIONS.get(path, ())]
+    keys = [k for k in names if k in doc] + [k for k in doc if k not in names]
+    return {k: _in_field_order(doc[k], f"{path}.{k}" if path else k) for k in keys}
 
 
 @register.filter
