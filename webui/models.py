@@ -224,7 +224,8 @@ class Plan(models.Model):
         model = (self.spec or {}).get("model", {})
         cluster = (self.spec or {}).get("cluster", {})
         gpu = cluster.get("gpu", {}).get("name", "GPUs")
-        return f"{model.get('name', 'model')} on {cluster.get('num_gpus', '?')} × {gpu}"
+        gpus = cluster.get("num_gpus", "?")
+        return f"{model.get('name', 'model')} on {f'{gpus:,}' if isinstance(gpus, int) else gpus} × {gpu}"
 
     @property
     def is_pending(self) -> bool:

@@ -37,3 +37,9 @@ def test_the_request_reads_in_the_engines_field_order_whatever_the_database_give
     assert list(json.loads(text)["cluster"]) == ["num_gpus", "gpu", "node"]
     assert list(json.loads(text)["training"]) == ["global_batch", "precision"]
     assert list(json.loads(text)["layout"]) == ["tp", "pp"]
+
+
+def test_a_plans_title_writes_its_gpu_count_as_the_tables_do():
+    from webui.models import Plan
+    spec = {"model": {"name": "Llama 3 405B"}, "cluster": {"num_gpus": 16384, "gpu": {"name": "H100 SXM5 80GB"}}}
+    assert Plan(spec=spec).title == "Llama 3 405B on 16,384 × H100 SXM5 80GB"
