@@ -214,7 +214,7 @@ class PlanForm(forms.Form):
         would have filled its empty fields from the row of that name (`inherits`)."""
         values = self._section_values(prefix)
         name = values.get("name")
-        row = self.catalog["model" if prefix == "model" else prefix].get(name) if isinstance(name, str) else None
+        row = self.catalog[prefix].get(name) if isinstance(name, str) else None
         if row is None:
             return values
         if inherits:

@@ -15,12 +15,9 @@ from .charts import PALETTE, Figure, _layout
 GPUS = "cluster.num_gpus"
 
 
-_label = value_text
-
-
 def _series_key(row: dict[str, Any], axes: list[str], skip: str) -> str:
     """The scenario's values on every axis but `skip`, as a legend label."""
-    parts = [_label(row["values"].get(a)) for a in axes if a != skip]
+    parts = [value_text(row["values"].get(a)) for a in axes if a != skip]
     return ", ".join(parts) or "all scenarios"
 
 
@@ -62,7 +59,7 @@ def cost_vs_time(rows: list[dict[str, Any]], goal: dict[str, Any] | None) -> Fig
     title = "US dollars" if money == "cost" else "GPU-hours"
     points = [(r["time_to_train_days"], r[money]) for r in done]
     front = [done[i] for i in pareto_front(points)]
-    labels = [", ".join(_label(v) for v in r["values"].values()) for r in done]
+    labels = [", ".join(value_text(v) for v in r["values"].values()) for r in done]
     data = [{"type": "scatter", "mode": "markers", "name": "scenarios", "x": [p[0] for p in points],
              "y": [p[1] for p in points], "text": labels,
              "marker": {"color": ["#54a24b" if r.get("meets_goal") else "#9aa5b1" for r in done], "size": 9},
@@ -87,12 +84,12 @@ def mfu_heatmap(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
     if not axes or not any(r.get("mfu") is not None for r in rows):
         return None
     across = GPUS if GPUS in axes else axes[0]
-    columns = list(dict.fromkeys(_label(r["values"].get(across)) for r in rows))
+    columns = list(dict.fromkeys(value_text(r["values"].get(across)) for r in rows))
     lines = list(dict.fromkeys(_series_key(r, axes, across) for r in rows))
     z: list[list[float | None]] = [[None] * len(columns) for _ in lines]
     text = [[""] * len(columns) for _ in lines]
     for r in rows:
-        y, x = lines.index(_series_key(r, axes, across)), columns.index(_label(r["values"].get(across)))
+        y, x = lines.index(_series_key(r, axes, across)), columns.index(value_text(r["values"].get(across)))
         if r.get("mfu") is not None:
             z[y][x] = r["mfu"]
             text[y][x] = f"{r['mfu'] * 100:.1f}%"
