@@ -98,7 +98,8 @@ def mfu_heatmap(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
     # 51.7% and 51.9% look alike rather than at the two ends of the scale.
     top = max(r["mfu"] for r in rows if r.get("mfu") is not None)
     return {"data": [{"type": "heatmap", "z": z, "x": columns, "y": lines, "text": text, "texttemplate": "%{text}",
-                      "colorscale": "Viridis", "zmin": 0, "zmax": top, "zauto": False, "colorbar": {"title": {"text": "MFU"}, "tickformat": ".0%"},
+                      "colorscale": "Viridis", "zmin": 0, "zmax": top, "zauto": False,
+                      "colorbar": {"title": {"text": "MFU"}, "tickformat": ".0%"},
                       "hovertemplate": "%{y}<br>" + across + " %{x}: MFU %{text}<extra></extra>", "xgap": 2, "ygap": 2}],
             "layout": _layout(f"MFU of each scenario's best layout ({across} across; {down} down)",
                               height=160 + 36 * len(lines), xaxis={"title": {"text": across}, "type": "category"},

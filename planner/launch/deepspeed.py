@@ -1,5 +1,6 @@
-"""A DeepSpeed config for one plan (ZeRO stage 0 for plain data parallelism); keys from deepspeed_keys.txt. DeepSpeed reads its config with
-hjson (deepspeed/runtime/config.py), so the comment lines are part of a valid file."""
+"""A DeepSpeed config for one plan (ZeRO stage 0 for plain data parallelism); keys from deepspeed_keys.txt.
+DeepSpeed reads its config with hjson (deepspeed/runtime/config.py), so the comment lines are part of a valid
+file."""
 from __future__ import annotations
 
 import json

@@ -33,8 +33,9 @@ def slurm(job: Job) -> tuple[str, Emitter]:
     sbatch.append(opt("sbatch", "--gpus-per-node", g))
     sbatch.append(opt("sbatch", "--exclusive"))
     racks = dom // cluster.node.gpus if dom > cluster.node.gpus else 0
-    if racks and job.nodes % racks == 0:  # an NVLink domain spans nodes (NVL72: 18 trays): whole domains
-        sbatch.append(opt("sbatch", "--segment", racks))
+    segment = racks if racks and job.nodes % racks == 0 else 0  # NVLink domains span nodes (NVL72: 18 trays)
+    if segment:
+        sbatch.append(opt("sbatch", "--segment", segment))
     elif racks:
         em.note(f"{job.nodes} nodes are not whole NVLink domains of {racks} nodes: allocate the racks by hand")
     torchrun = [opt("torchrun", "--nnodes", job.nodes), opt("torchrun", "--nproc-per-node", g),
@@ -43,7 +44,7 @@ def slurm(job: Job) -> tuple[str, Emitter]:
     srun = [opt("srun", "--ntasks-per-node", 1), opt("srun", "--kill-on-bad-exit", 1)]
     lines = ["#!/bin/bash"] + [f"#SBATCH {s}" for s in sbatch if s]
     lines += [f"# {x}" for x in heading(job, "SLURM job with torchrun", em.lists[0]) if x]
-    lines += _placement_notes(job, g, dom, racks if racks and job.nodes % racks == 0 else 0)
+    lines += _placement_notes(job, g, dom, segment)
     lines += [f"# not expressed: {n}" for n in em.notes]
     lines += ['export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
               f"export MASTER_PORT={MASTER_PORT}",
@@ -55,13 +56,13 @@ def slurm(job: Job) -> tuple[str, Emitter]:
     return "\n".join(lines) + "\n", em
 
 
-def _placement_notes(job: Job, g: int, dom: int, racks: int) -> list[str]:
-    """The rank layout, and the --segment it asks for when the job is whole NVLink domains of `racks` nodes."""
+def _placement_notes(job: Job, g: int, dom: int, segment: int) -> list[str]:
+    """The rank layout, and the --segment it asks for when the job is whole NVLink domains of `segment` nodes."""
     notes = [f"# ranks: node $SLURM_NODEID runs global ranks $SLURM_NODEID*{g} .. +{g - 1}, local rank i on GPU i; "
              f"rank order {job.rank_order} (innermost first): each TP group ({job.tp} consecutive rank"
              f"{'s' if job.tp > 1 else ''}) inside one {dom}-GPU NVLink domain"]
-    if racks:
-        notes.append(f"# an NVLink domain is {racks} nodes: --segment={racks} keeps them in one block "
+    if segment:
+        notes.append(f"# an NVLink domain is {segment} nodes: --segment={segment} keeps them in one block "
                      "(topology/block with one block per rack), and the node list must follow rack order")
     return notes
 

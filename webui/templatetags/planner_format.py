@@ -6,7 +6,7 @@ from typing import Any
 from django import template
 
 from planner.spec import SECTIONS
-from planner.whatif.sweep import value_text as _value_text
+from planner.whatif.sweep import value_text
 
 register = template.Library()
 
@@ -125,7 +125,4 @@ def option_value(value: Any) -> str:
     return "–" if value is None else str(value)
 
 
-@register.filter
-def value_text(value: Any) -> str:
-    """A sweep axis value as the tables label it (planner.whatif.sweep.value_text)."""
-    return _value_text(value)
+register.filter("value_text", value_text)  # a sweep axis value as the tables and charts label it
