@@ -557,6 +557,14 @@ def _hardware(data: Any, path: str, spec_fields: tuple[Field, ...], table: Mappi
     return _section(data, path, spec_fields, errs)
 
 
+def _model(data: Any, presets: Mapping[str, Mapping] | None, errs: _Collector) -> dict[str, Any] | None:
+    """The model: an inline object, or the name of a catalog preset ("Llama 3 70B"), read as the preset's fields.
+    An inline object is taken as written (a custom model may share a preset's name); only a name is looked up."""
+    if isinstance(data, str):
+        return _hardware(data, "model", MODEL_FIELDS, presets, errs)
+    return _section(data, "model", MODEL_FIELDS, errs)
+
+
 def _upgrade_training(data: Any) -> Any:
     """Specs saved before engine 2.2 said `recompute_early_stop` (a bool) for what `checkpoint_impl` names now;
     read them as they were meant, so a saved plan still opens and re-runs."""
@@ -583,7 +591,8 @@ def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = 
     for key in data:
         if key not in ("model", "training", "cluster", "layout"):
             errs.add(_key_name(key), "unknown section (known: model, training, cluster, layout)")
-    model = _section(data.get("model"), "model", MODEL_FIELDS, errs)
+    cat = catalog or {}
+    model = _model(data.get("model"), cat.get("model"), errs)
     training = _section(_upgrade_training(data.get("training")), "training", TRAINING_FIELDS, errs)
     layout = _section(data.get("layout") or {}, "layout", LAYOUT_FIELDS, errs)
     cluster_data = data.get("cluster")
@@ -598,7 +607,6 @@ def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = 
                 errs.add(f"cluster.{_key_name(key)}", "unknown field (known: fabric, gpu, node, num_gpus)")
         num_gpus = _coerce(Field("num_gpus", int, lo=1, hi=MAX_GPUS), cluster_data.get("num_gpus"),
                            "cluster.num_gpus", errs)
-        cat = catalog or {}
         gpu = _hardware(cluster_data.get("gpu"), "cluster.gpu", GPU_FIELDS, cat.get("gpu"), errs)
         node = _hardware(cluster_data.get("node"), "cluster.node", NODE_FIELDS, cat.get("node"), errs)
         fabric = _hardware(cluster_data.get("fabric"), "cluster.fabric", FABRIC_FIELDS, cat.get("fabric"), errs)
@@ -685,3 +693,6 @@ def _check_layout(lay: dict[str, Any], num_gpus: int, m: dict[str, Any], t: dict
         errs.add("layout.ep", f"must be at most model.experts ({m['experts']})")
     if lay["pp"] is not None and lay["pp"] > m["layers"]:
         errs.add("layout.pp", f"must be at most model.layers ({m['layers']})")
+    if t["activation_offload_layers"] >= m["layers"]:
+        # Megatron-Core refuses cpu_offloading_num_layers >= num_layers; the engine caps each stage's count.
+        errs.add("training.activation_offload_layers", f"must be less than model.layers ({m['layers']})")

@@ -54,8 +54,21 @@ class CatalogRow(models.Model):
         for f in self._meta.concrete_fields:  # PostgreSQL cannot store NUL in text
             if "\x00" in str(getattr(self, f.attname) or ""):
                 errors.setdefault(f.attname, []).append("must not contain NUL characters")
+        if "name" not in not_read and (twin := self._same_name_but_case()):
+            errors.setdefault("name", []).append(
+                f"{twin.name!r} is already a {self._meta.verbose_name}: names that differ only in case would be "
+                f"mistaken for each other in menus and specs")
         if errors:
             raise ValidationError(errors)
+
+
+    def _same_name_but_case(self) -> CatalogRow | None:
+        """Another row of this table whose name equals this one's but for case (an exact twin is the unique
+        constraint's to report)."""
+        if not isinstance(self.name, str) or not self.name:
+            return None
+        return (type(self).objects.filter(name__iexact=self.name).exclude(name=self.name).exclude(pk=self.pk)
+                .first())
 
 
 # A small, valid spec that each catalog row is dropped into, so the engine checks the row with the same

@@ -31,7 +31,9 @@ def slurm(job: Job) -> tuple[str, Emitter]:
     sbatch.append(opt("sbatch", "--nodes", job.nodes))
     sbatch.append(opt("sbatch", "--ntasks-per-node", 1))
     sbatch.append(opt("sbatch", "--gpus-per-node", g))
-    sbatch.append(opt("sbatch", "--exclusive"))
+    whole = cluster.num_gpus >= cluster.node.gpus  # part of one node leaves the rest to other jobs
+    if whole:
+        sbatch.append(opt("sbatch", "--exclusive"))
     racks = dom // cluster.node.gpus if dom > cluster.node.gpus else 0
     segment = racks if racks and job.nodes % racks == 0 else 0  # NVLink domains span nodes (NVL72: 18 trays)
     if segment:
@@ -45,6 +47,9 @@ def slurm(job: Job) -> tuple[str, Emitter]:
     lines = ["#!/bin/bash"] + [f"#SBATCH {s}" for s in sbatch if s]
     lines += [f"# {x}" for x in heading(job, "SLURM job with torchrun", em.lists[0]) if x]
     lines += _placement_notes(job, g, dom, segment)
+    if not whole:
+        lines.append(f"# {cluster.num_gpus} of a node's {cluster.node.gpus} GPUs, not --exclusive: other jobs on the "
+                     "node share its NVLink and NICs, which the plan's times assume are this job's")
     lines += [f"# not expressed: {n}" for n in em.notes]
     lines += ['export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
               f"export MASTER_PORT={MASTER_PORT}",

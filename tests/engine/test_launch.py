@@ -248,6 +248,14 @@ def test_an_nvl72_job_asks_slurm_for_whole_racks():
     assert "--segment" not in text and "not whole NVLink domains of 18 nodes" in text
 
 
+def test_slurm_asks_for_whole_nodes_only_when_the_job_is_whole_nodes():
+    text = launch_config(*small_plan(H100_32, {"tp": 8}), "slurm").text
+    assert "#SBATCH --exclusive" in text and "#SBATCH --gpus-per-node=8" in text
+    text = launch_config(*small_plan(dict(H100_32, num_gpus=4), {"tp": 4}), "slurm").text
+    assert "#SBATCH --exclusive" not in text and "#SBATCH --gpus-per-node=4" in text and "#SBATCH --nodes=1" in text
+    assert "# 4 of a node's 8 GPUs, not --exclusive" in text
+
+
 # --------------------------------------------------------------------------------------------------------
 # What a framework cannot express is said, not guessed
 
@@ -395,16 +403,18 @@ def test_pipeline_overlap_reaches_megatron_and_torchtitan():
 def test_activation_offloading_reaches_megatron_and_the_others_say_they_cannot():
     """Megatron-Core's --cpu-offloading-num-layers with the stage's offloaded layers (at most all but one); its
     TransformerConfig refuses offloading with pipeline parallelism or recomputation, which the export says."""
-    spec, entry = small_plan(H100_32, {"tp": 1, "pp": 1, "recompute": "none"}, {"activation_offload_layers": 100})
-    stage = spec.model.layers
+    layers = SMALL["layers"]
+    spec, entry = small_plan(H100_32, {"tp": 1, "pp": 1, "recompute": "none"},
+                             {"activation_offload_layers": layers - 1})
     m = megatron_args(launch_config(spec, entry, "megatron").text)
-    assert m["--cpu-offloading-num-layers"] == str(stage - 1)
+    assert m["--cpu-offloading-num-layers"] == str(layers - 1)
     assert not any("offloading" in n for n in launch_config(spec, entry, "megatron").notes)
     assert any("activation offloading" in n for n in launch_config(spec, entry, "torchtitan").notes)
     assert any("activation offloading" in n for n in launch_config(spec, entry, "deepspeed").notes)
-    spec, entry = small_plan(H100_32, {"tp": 1, "pp": 2, "recompute": "full"}, {"activation_offload_layers": 2})
+    spec, entry = small_plan(H100_32, {"tp": 1, "pp": 2, "recompute": "full"}, {"activation_offload_layers": 20})
     notes = " ".join(launch_config(spec, entry, "megatron").notes)
     assert "PP 2, full recompute" in notes
-    assert megatron_args(launch_config(spec, entry, "megatron").text)["--cpu-offloading-num-layers"] == "2"
+    # 20 of the model's 30 layers asked for; a stage of 15 offloads at most 14
+    assert megatron_args(launch_config(spec, entry, "megatron").text)["--cpu-offloading-num-layers"] == "14"
     spec, entry = small_plan(H100_32, {"tp": 1, "pp": 1})
     assert "--cpu-offloading-num-layers" not in megatron_args(launch_config(spec, entry, "megatron").text)

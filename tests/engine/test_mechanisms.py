@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner import parse_spec
+from planner import SpecError, parse_spec
 from planner.report import plan
 
 
@@ -352,5 +352,13 @@ def test_a_slow_host_link_exposes_the_copies_the_compute_cannot_cover(catalog):
 
 
 def test_a_stage_offloads_at_most_all_but_one_of_its_layers(catalog):
-    many, most = (best(llama_70b_gb200(catalog, k), catalog) for k in (500, 79))
-    assert many["memory_gib"] == most["memory_gib"]
+    """The spec refuses as many as the model's layers; a stage of 40 (PP 2) offloads at most 39 of the 79 asked."""
+    def two_stages(k: int) -> dict:
+        doc = llama_70b_gb200(catalog, k)
+        doc["layout"].update(pp=2, dp=32)
+        return best(doc, catalog)
+
+    many, most, fewer = (two_stages(k) for k in (79, 39, 38))
+    assert many["memory_gib"] == most["memory_gib"] != fewer["memory_gib"]
+    with pytest.raises(SpecError, match="training.activation_offload_layers: must be less than model.layers"):
+        parse_spec(llama_70b_gb200(catalog, 80), catalog)

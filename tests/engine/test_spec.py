@@ -139,6 +139,28 @@ def test_unknown_catalog_name(gpt3_doc, catalog):
     assert msg.startswith("unknown catalog name 'Z9000' (known: A100 SXM4 40GB")
 
 
+def test_the_model_may_be_a_preset_name(gpt3_doc, catalog):
+    """A name is the preset's fields, so it plans exactly as the inline object does; an unknown one says which
+    presets there are."""
+    gpt3_doc["model"] = dict(catalog["model"]["Llama 3 70B"])
+    inline = parse_spec(gpt3_doc, catalog)
+    gpt3_doc["model"] = " Llama 3 70B "
+    named = parse_spec(gpt3_doc, catalog)
+    assert named == inline
+    assert (named.model.layers, named.model.hidden, named.model.kv_heads, named.model.vocab) == (80, 8192, 8, 128256)
+    gpt3_doc["model"] = "Llama 4"
+    msg = errors_of(gpt3_doc, catalog)["model"][0]
+    assert msg.startswith("unknown catalog name 'Llama 4' (known: DeepSeek-V3 671B")
+    assert "Llama 3 70B" in msg
+
+
+def test_offloading_leaves_at_least_one_layer_on_the_gpu(gpt3_doc):
+    gpt3_doc["training"]["activation_offload_layers"] = 96
+    assert errors_of(gpt3_doc) == {"training.activation_offload_layers": ["must be less than model.layers (96)"]}
+    gpt3_doc["training"]["activation_offload_layers"] = 95
+    assert parse_spec(gpt3_doc).training.activation_offload_layers == 95
+
+
 def test_fp8_needs_fp8_tensor_cores(gpt3_doc, catalog):
     gpt3_doc["training"]["precision"] = "fp8"
     assert "has none" in errors_of(gpt3_doc, catalog)["training.precision"][0]   # A100: fp8_tflops 0

@@ -16,6 +16,13 @@ def staff(admin_client, seeded):
     return admin_client
 
 
+def add_gpu(staff, name: str, peak: str = "989"):
+    """Post the admin's "add GPU type" form with the fields it needs."""
+    return staff.post("/admin/webui/gputype/add/", {
+        "name": name, "peak_tflops": peak, "memory_gib": "80", "memory_gbytes_per_s": "3000", "sm_count": "132",
+        "source": ""})
+
+
 @pytest.mark.parametrize("model", ["gputype", "nodetype", "fabric", "modelpreset", "plan"])
 def test_every_list_renders_with_search(staff, model):
     response = staff.get(f"/admin/webui/{model}/", {"q": "H100"})
@@ -36,20 +43,27 @@ def test_the_edit_form_shows_the_engines_units_and_help(staff):
 
 
 def test_the_admin_refuses_a_row_the_engine_rejects(staff):
-    response = staff.post("/admin/webui/gputype/add/", {
-        "name": "Broken", "peak_tflops": "-5", "memory_gib": "80", "memory_gbytes_per_s": "3000",
-        "sm_count": "132", "source": ""})
+    response = add_gpu(staff, "Broken", peak="-5")
     assert response.status_code == 200
     assert "must be at least 0.001 TFLOP/s (got -5)" in response.content.decode()
     assert not GPUType.objects.filter(name="Broken").exists()
 
 
+def test_a_name_that_differs_from_another_only_in_case_is_refused(staff):
+    response = add_gpu(staff, "h100 sxm5 80GB")
+    assert response.status_code == 200
+    assert "&#x27;H100 SXM5 80GB&#x27; is already a GPU type" in response.content.decode()
+    assert not GPUType.objects.filter(name="h100 sxm5 80GB").exists()
+    # A row may change the case of its own name.
+    gpu = GPUType.objects.get(name="H100 SXM5 80GB")
+    gpu.name = "H100 SXM5 80gb"
+    gpu.full_clean()
+
+
 @pytest.mark.parametrize("peak, django_says", [("", "This field is required."), ("abc", "Enter a number.")])
 def test_a_value_the_form_cannot_read_gets_one_message(staff, peak, django_says):
     """Django's own message only: the engine's rules do not judge the value the form could not read."""
-    response = staff.post("/admin/webui/gputype/add/", {
-        "name": "Blank", "peak_tflops": peak, "memory_gib": "80", "memory_gbytes_per_s": "3000",
-        "sm_count": "132", "source": ""})
+    response = add_gpu(staff, "Blank", peak=peak)
     page = response.content.decode()
     assert response.status_code == 200 and django_says in page
     assert "is required</li>" not in page.replace("This field is required.</li>", "")

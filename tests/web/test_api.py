@@ -38,6 +38,21 @@ def test_the_api_takes_the_shared_examples(client, seeded):
         assert post(client, path.read_text()).status_code == 201, path.name
 
 
+def test_a_model_preset_by_name_is_the_same_request_as_the_preset_inline(client, seeded, small_spec):
+    """`"model": "Llama 3 8B"` reads the admin's preset: the same canonical spec, so the same plan, as the
+    preset's fields posted inline (the CLI and sweeps read the name the same way)."""
+    small_spec["model"] = "Llama 3 8B"
+    named = post(client, small_spec)
+    small_spec["model"] = services.catalog_as_dict()["model"]["Llama 3 8B"]
+    inline = post(client, small_spec)
+    assert named.status_code == inline.status_code == 201
+    first, second = (Plan.objects.get(code=r.json()["code"]) for r in (named, inline))
+    assert first.spec_hash == second.spec_hash and first.spec["model"]["layers"] == 32
+    small_spec["model"] = "Llama 9"
+    errors = post(client, small_spec).json()["errors"]
+    assert errors["model"][0].startswith("unknown catalog name 'Llama 9' (known: ")
+
+
 @pytest.mark.parametrize("body,field,message", [
     (b"", "spec", "must be a JSON object"),
     (b"{not json", "spec", "is not valid JSON"),
