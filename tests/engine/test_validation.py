@@ -158,6 +158,20 @@ def test_one_run_is_said_as_one_run(small):
         "±3%: median over 1 published GB200 BF16 run (worst 3%); 1 more such run could not be modelled."
 
 
+def test_a_lean_one_way_is_said():
+    """A ±6% that is -6% on the median tells a planner which way to read the number; a balanced error says no more."""
+    def stated(signed: float, fast: int) -> str:
+        cohort = {"modelled": 95, "measured": 95, "median_abs_err": 0.062, "max_abs_err": 0.25,
+                  "median_err": signed, "too_fast": fast}
+        snapshot = {"engine": {"fingerprint": accuracy.fingerprint()}, "by_generation_precision": {"H100 bf16": cohort}}
+        return accuracy.for_gpu("H100 SXM5 80GB", "bf16", snapshot)["statement"]
+
+    assert stated(-0.062, 82) == ("±6%: median over 95 published H100 BF16 runs (worst 25%); predicted 6% too fast "
+                                  "on the median (82 of 95 runs too fast).")
+    assert stated(0.031, 20).endswith("; predicted 3% too slow on the median (75 of 95 runs too slow).")
+    assert stated(0.004, 47).endswith("(worst 25%).")
+
+
 def test_figures_from_another_engine_build_are_flagged(small):
     other = dict(small, engine={"version": "0.9", "fingerprint": "0000000000000000"})
     found = accuracy.for_gpu("V100 SXM3 32GB", "fp16", other)
