@@ -30,6 +30,7 @@ FITTED = {  # name: candidate values within the physical range stated in constan
     "GEMM_K_HALF": [32, 48, 64, 96, 128, 192, 256],
     "COMM_INTERFERENCE": [0.05, 0.1, 0.15, 0.2, 0.25, 0.3],
     "TRITON_FLASH_RELATIVE": [0.40, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75],
+    "FLASH_REFERENCE_LENGTH": [2048, 4096, 8192, 16384],
 }
 # Sustained clocks fitted where no measurement gives them (fixtures/gpus.json says which): between the clock a
 # power cap can force and the boost clock, one value per die and power cap (both A100 SXM4 parts are the same

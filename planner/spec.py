@@ -172,8 +172,8 @@ GPU_FIELDS = (
     Field("kernel_overhead_us", float, 4.0, lo=0.0, hi=1000.0, unit="µs",
           help="Fixed cost of one kernel: launch, ramp-up and tail."),
     Field("attention_efficiency", float, 0.55, lo=0.05, hi=1.0,
-          help="Fraction of the BF16 peak causal flash attention reaches, forward and backward (FlashAttention-2 "
-               "on A100 0.55; on H100 0.32)."),
+          help="Fraction of the BF16 peak causal flash attention reaches, forward and backward, over a 16K-token "
+               "sequence (FlashAttention-2 on A100 0.55; on H100 0.32); shorter ones run slower (2K: 0.91 of it)."),
     Field("cudnn_attention_efficiency", float, None, lo=0.05, hi=1.0,
           help="The same for cuDNN fused attention (training.attention = cudnn): H100 0.54 (FlashAttention-3 "
                "class), A100 0.45 (slower than FlashAttention-2 there). Empty: as attention_efficiency."),

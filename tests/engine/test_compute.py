@@ -161,6 +161,26 @@ def test_context_parallel_attention_loses_efficiency_on_short_chunks(h100):
     assert 8 * (eight - 15 * launches) / (one - launches) == pytest.approx(ratio)
 
 
+def test_flash_attention_runs_at_the_catalog_rate_only_at_the_reference_length(h100):
+    """The catalog figure holds for a 16K-key sweep: a 2K sequence's attention takes (1 + 240/2048) / (1 + 240/16384)
+    = 1.10x as long per FLOP, a 64K one 0.99x, and the 16K one exactly the catalog rate."""
+    import dataclasses
+
+    gpu, tr = h100.cluster.gpu, h100.training
+    launch = gpu.kernel_overhead_us * 1e-6
+    rate = gpu.peak_tflops * 1e12 * gpu.sustained_clock * gpu.attention_efficiency
+
+    def per_flop(seq: int) -> float:
+        m = dataclasses.replace(h100.model, seq_len=seq)
+        flops = 4.0 * seq * seq * (m.hidden / 8) * C.CAUSAL_FRACTION  # one sequence, TP 8
+        return (attention_times(m, gpu, tr, shard())[0][0] - launch) / flops * rate
+
+    assert C.FLASH_REFERENCE_LENGTH == 16384
+    assert per_flop(16384) == pytest.approx(1.0)
+    assert per_flop(2048) == pytest.approx((1 + 240 / 2048) / (1 + 240 / 16384)) == pytest.approx(1.101, abs=1e-3)
+    assert per_flop(65536) == pytest.approx((1 + 240 / 65536) / (1 + 240 / 16384))
+
+
 def test_unbalanced_causal_chunks_make_the_last_rank_wait(h100):
     gpu, tr = h100.cluster.gpu, h100.training
     unbalanced = type(tr)(**{**tr.__dict__, "cp_load_balance": False})
