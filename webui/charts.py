@@ -24,17 +24,37 @@ MAX_LABELLED_CELLS = 256  # past this, cell labels are unreadable; hover still t
 
 
 LEGEND_GAP_PX = 62  # below the plot area: the x tick labels and the x-axis title (Plotly's default fonts)
+LEGEND_ROW_PX = 21  # one row of a horizontal legend (Plotly's default 12 px font)
+LEGEND_PER_ROW = 3  # entries one row holds in the narrowest chart the pages are read in (about 640 px)
+DEFAULT_HEIGHT_PX = 450  # Plotly's figure height when the layout sets none
 
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
-    """The common layout. The legend sits under the x-axis title: Plotly places it in fractions of the plot area's
-    height, so the gap in pixels is turned into a fraction where the figure's height is known (a fixed -0.2
-    lands on the axis title of a short chart)."""
-    margin = {"l": 60, "r": 20, "t": 70, "b": 50}
-    plot_px = extra.get("height", 450) - margin["t"] - margin["b"]  # 450: Plotly's default figure height
-    return {"title": {"text": title, "x": 0, "font": {"size": 15}}, "margin": margin,
-            "legend": {"orientation": "h", "yanchor": "top", "y": -LEGEND_GAP_PX / max(plot_px, 100)},
+    """The common layout; `legend_below` places the legend once the figure's traces are known."""
+    return {"title": {"text": title, "x": 0, "font": {"size": 15}}, "margin": {"l": 60, "r": 20, "t": 70, "b": 50},
             "hovermode": "closest", **extra}
+
+
+def legend_below(fig: Figure) -> Figure:
+    """Put the legend under the x-axis title, with its rows in a bottom margin of their own.
+
+    Plotly places a legend in fractions of the plot area's height, and widens a margin too small for it by
+    shrinking the plot area (automargin), which moves a legend placed in pixels turned into a fraction up onto
+    the axis title. So the margin is sized for the rows first (LEGEND_PER_ROW entries a row, rounded up), the
+    figure grows by as much, and the fraction is taken of a plot area that no longer changes."""
+    layout = fig["layout"]
+    shown = [t for t in fig["data"] if t.get("name") and t.get("showlegend", True) and t.get("type") != "heatmap"]
+    entries = len({t.get("legendgroup") or t["name"] for t in shown})
+    if layout.get("showlegend") is False or (entries < 2 and not layout.get("showlegend")):
+        return fig  # Plotly draws no legend for a single trace unless asked to
+    rows = -(-entries // LEGEND_PER_ROW)
+    margin = layout["margin"]
+    grow = max(0, LEGEND_GAP_PX + rows * LEGEND_ROW_PX - margin["b"])
+    height = layout.get("height", DEFAULT_HEIGHT_PX) + grow
+    margin["b"] += grow
+    plot_px = height - margin["t"] - margin["b"]
+    layout.update(height=height, legend={"orientation": "h", "yanchor": "top", "y": -LEGEND_GAP_PX / plot_px})
+    return fig
 
 
 def _plans(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -212,4 +232,4 @@ def plan_figures(result: dict[str, Any] | None) -> dict[str, Figure]:
     builders = {"step-time": step_time_breakdown, "comm": comm_by_fabric, "memory": memory_breakdown,
                 "placement": placement_map, "candidates": candidates_scatter}
     figures = {name: build(result) for name, build in builders.items()}
-    return {name: fig for name, fig in figures.items() if fig is not None}
+    return {name: legend_below(fig) for name, fig in figures.items() if fig is not None}

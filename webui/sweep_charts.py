@@ -10,7 +10,7 @@ from typing import Any
 from planner.whatif.goal import pareto_front
 from planner.whatif.sweep import value_text
 
-from .charts import PALETTE, Figure, _layout
+from .charts import PALETTE, Figure, _layout, legend_below
 
 GPUS = "cluster.num_gpus"
 
@@ -110,4 +110,4 @@ def sweep_figures(rows: list[dict[str, Any]], axes: list[str], goal: dict[str, A
     """{chart id: figure} for every chart the finished scenarios have data for, in page order."""
     figures = {"time-vs-gpus": time_vs_gpus(rows, axes), "cost-vs-time": cost_vs_time(rows, goal),
                "mfu-heatmap": mfu_heatmap(rows, axes)}
-    return {name: fig for name, fig in figures.items() if fig is not None}
+    return {name: legend_below(fig) for name, fig in figures.items() if fig is not None}

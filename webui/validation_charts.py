@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .charts import PALETTE, Figure, _layout
+from .charts import PALETTE, Figure, _layout, legend_below
 
 BAND = 0.10  # the ±10% band of the scatter, the `within_10pct` figure
 
@@ -85,4 +85,4 @@ def validation_figures(validation: dict[str, Any] | None) -> dict[str, Figure]:
     figures = {"scatter": predicted_vs_measured(validation),
                "by-group": error_by(validation, "group", "Error by group of published runs"),
                "by-cohort": error_by(validation, "cohort", "Error by GPU generation and precision")}
-    return {name: fig for name, fig in figures.items() if fig is not None}
+    return {name: legend_below(fig) for name, fig in figures.items() if fig is not None}

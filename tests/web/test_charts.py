@@ -50,11 +50,19 @@ def test_a_part_no_plan_spends_time_on_gets_no_bar_and_the_legend_clears_the_axi
     answer = copy.deepcopy(ANSWER)
     for p in answer["plans"]:
         p["time_s"]["offload"] = 0.0  # engine 2.7 reports every part, activation offloading included
-    fig = charts.step_time_breakdown(answer)
+    fig = charts.legend_below(charts.step_time_breakdown(answer))
     assert [t["name"] for t in fig["data"]] == ["compute", "pipeline bubble", "TP comm"]
-    # Two plans: 140 + 2 x 32 = 204 px tall, 84 px of plot between the margins, so 62 px is the 100 px floor's 0.62.
-    assert fig["layout"]["height"] == 204 and fig["layout"]["legend"]["y"] == pytest.approx(-0.62)
-    assert charts.memory_breakdown(answer)["layout"]["legend"]["y"] == pytest.approx(-62 / 104)
+    # Two plans: 84 px of plot (140 + 2 x 32 = 204 px less the 70 + 50 px margins). Three entries are one legend
+    # row: the bottom margin grows to 62 + 21 px and the figure by as much, so the plot keeps its 84 px, which
+    # Plotly's automargin no longer shrinks, and the legend's top is 62 px under it.
+    assert fig["layout"]["height"] == 204 + 33 and fig["layout"]["margin"]["b"] == 83
+    assert fig["layout"]["legend"]["y"] == pytest.approx(-62 / 84)
+    memory = charts.legend_below(charts.memory_breakdown(answer))["layout"]  # five entries: two rows
+    assert memory["margin"]["b"] == 62 + 42 and memory["legend"]["y"] == pytest.approx(-62 / 104)
+    assert charts.plan_figures(answer)["memory"]["layout"] == memory
+    # One trace draws no legend: nothing changes.
+    single = {"data": [{"type": "bar", "name": "compute"}], "layout": charts._layout("t", height=300)}
+    assert charts.legend_below(copy.deepcopy(single)) == single
     answer["plans"][0]["time_s"]["offload"] = 0.25
     assert "activation offload (host link)" in [t["name"] for t in charts.step_time_breakdown(answer)["data"]]
 
