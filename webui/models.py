@@ -135,6 +135,19 @@ class GPUType(CatalogRow):
     class Meta(CatalogRow.Meta):
         verbose_name = "GPU type"
 
+    def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
+        try:
+            super().clean()
+        except ValidationError as err:
+            errors = err.update_error_dict(errors)
+        if self.price_per_gpu_hour_usd == 0 and "price_per_gpu_hour_usd" not in getattr(self, "_not_read", ()):
+            # A price of 0 would make every scenario on this GPU free, and a sweep's cheapest pick a tie.
+            errors.setdefault("price_per_gpu_hour_usd", []).append(
+                "must be more than 0: leave it empty when you have no price")
+        if errors:
+            raise ValidationError(errors)
+
 
 class NodeType(CatalogRow):
     SECTION = "node"

@@ -16,11 +16,11 @@ def staff(admin_client, seeded):
     return admin_client
 
 
-def add_gpu(staff, name: str, peak: str = "989"):
+def add_gpu(staff, name: str, peak: str = "989", **more: str):
     """Post the admin's "add GPU type" form with the fields it needs."""
     return staff.post("/admin/webui/gputype/add/", {
         "name": name, "peak_tflops": peak, "memory_gib": "80", "memory_gbytes_per_s": "3000", "sm_count": "132",
-        "source": ""})
+        "source": "", **more})
 
 
 @pytest.mark.parametrize("model", ["gputype", "nodetype", "fabric", "modelpreset", "plan"])
@@ -58,6 +58,18 @@ def test_a_name_that_differs_from_another_only_in_case_is_refused(staff):
     gpu = GPUType.objects.get(name="H100 SXM5 80GB")
     gpu.name = "H100 SXM5 80gb"
     gpu.full_clean()
+
+
+def test_a_price_of_zero_is_refused_and_an_empty_one_is_no_price(staff):
+    response = add_gpu(staff, "Free", price_per_gpu_hour_usd="0")
+    assert "must be more than 0: leave it empty when you have no price" in response.content.decode()
+    assert not GPUType.objects.filter(name="Free").exists()
+    constants = {"gemm_efficiency": "0.8", "fp8_gemm_efficiency": "0.72", "sustained_clock": "1.0",
+                 "hbm_efficiency": "0.85", "kernel_overhead_us": "4", "attention_efficiency": "0.55"}
+    assert add_gpu(staff, "Unpriced", price_per_gpu_hour_usd="", **constants).status_code == 302
+    assert add_gpu(staff, "Priced", price_per_gpu_hour_usd="2.5", **constants).status_code == 302
+    assert [g.price_per_gpu_hour_usd for g in GPUType.objects.filter(name__in=("Unpriced", "Priced"))
+            .order_by("name")] == [2.5, None]
 
 
 @pytest.mark.parametrize("peak, django_says", [("", "This field is required."), ("abc", "Enter a number.")])
