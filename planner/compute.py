@@ -255,9 +255,10 @@ def _flash_overhead(seq_len: int, cp: np.ndarray, load_balance: bool) -> np.ndar
     """Flash attention time over its time at the catalog's attention_efficiency. Each kernel sweeps L = s/cp keys
     (one ring step's chunk; the whole sequence without CP) and short sweeps amortise a query tile's prologue and
     epilogue less: 1 + L_half/L (FLASH_HALF_LENGTH), charged as the ratio to the sweep at which the catalog figure
-    holds (FLASH_REFERENCE_LENGTH): at 2K tokens 1.10x the 16K-token time. Without load balancing, contiguous causal chunks give rank i of cp
-    i + 1/2 chunk-pairs of work, (cp)/2 on average: the last rank, which the others wait for, does 2 cp/(cp + 1) of
-    the average (Megatron-Core context parallelism docs; Brandon et al. 2023, Striped Attention, sec. 3)."""
+    holds (FLASH_REFERENCE_LENGTH): at 2K tokens 1.10x the 16K-token time. Without load balancing, contiguous
+    causal chunks give rank i of cp i + 1/2 chunk-pairs of work, (cp)/2 on average: the last rank, which the others
+    wait for, does 2 cp/(cp + 1) of the average (Megatron-Core context parallelism docs; Brandon et al. 2023,
+    Striped Attention, sec. 3)."""
     cp = np.asarray(cp, dtype=float)
     sweep = (1.0 + C.FLASH_HALF_LENGTH / (seq_len / cp)) / (1.0 + C.FLASH_HALF_LENGTH / C.FLASH_REFERENCE_LENGTH)
     imbalance = 1.0 if load_balance else 2.0 * cp / (cp + 1.0)
