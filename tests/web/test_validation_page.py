@@ -37,6 +37,9 @@ def test_the_validation_page_shows_the_figures_charts_and_constants(client):
     assert "H100 bf16" in page and "ADAM_BYTES_PER_PARAM" in page and "NVIDIA V100 datasheet" in page
     held = snapshot["holdout"]
     assert f"<td>{held['rows']}</td><td>{held['measured']}</td><td>{held['modelled']}</td>" in page
+    # The lean beside the size: the signed median of all runs, e.g. -2.3%.
+    assert f"<td>{snapshot['summary']['median_err'] * 100:+.1f}%</td>" in page
+    assert page.count("<th>Median error</th>") == 3
     figures = figures_of(page)
     assert figures["scatter"]["layout"]["xaxis"]["type"] == "log"
 
