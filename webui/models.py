@@ -49,18 +49,24 @@ class CatalogRow(models.Model):
             del self._not_read
 
     def clean(self) -> None:
-        not_read = getattr(self, "_not_read", set())
-        errors = {k: v for k, v in section_errors(self.SECTION, self.spec_fields()).items() if k not in not_read}
+        errors = section_errors(self.SECTION, self.spec_fields())
         for f in self._meta.concrete_fields:  # PostgreSQL cannot store NUL in text
             if "\x00" in str(getattr(self, f.attname) or ""):
                 errors.setdefault(f.attname, []).append("must not contain NUL characters")
-        if "name" not in not_read and (twin := self._same_name_but_case()):
+        if twin := self._same_name_but_case():
             errors.setdefault("name", []).append(
                 f"{twin.name!r} is already a {self._meta.verbose_name}: names that differ only in case would be "
                 f"mistaken for each other in menus and specs")
+        for field, messages in self.row_errors().items():
+            errors.setdefault(field, []).extend(messages)
+        # A form leaves out the fields it could not read (full_clean's exclude): their stale values are not judged.
+        errors = {k: v for k, v in errors.items() if k not in getattr(self, "_not_read", ())}
         if errors:
             raise ValidationError(errors)
 
+    def row_errors(self) -> dict[str, list[str]]:
+        """{field: [messages]} for rules of this table's own catalog-only columns, beside the engine's."""
+        return {}
 
     def _same_name_but_case(self) -> CatalogRow | None:
         """Another row of this table whose name equals this one's but for case (an exact twin is the unique
@@ -135,18 +141,11 @@ class GPUType(CatalogRow):
     class Meta(CatalogRow.Meta):
         verbose_name = "GPU type"
 
-    def clean(self) -> None:
-        errors: dict[str, list[str]] = {}
-        try:
-            super().clean()
-        except ValidationError as err:
-            errors = err.update_error_dict(errors)
-        if self.price_per_gpu_hour_usd == 0 and "price_per_gpu_hour_usd" not in getattr(self, "_not_read", ()):
-            # A price of 0 would make every scenario on this GPU free, and a sweep's cheapest pick a tie.
-            errors.setdefault("price_per_gpu_hour_usd", []).append(
-                "must be more than 0: leave it empty when you have no price")
-        if errors:
-            raise ValidationError(errors)
+    def row_errors(self) -> dict[str, list[str]]:
+        # A price of 0 would make every scenario on this GPU free, and a sweep's cheapest pick a tie.
+        if self.price_per_gpu_hour_usd == 0:
+            return {"price_per_gpu_hour_usd": ["must be more than 0: leave it empty when you have no price"]}
+        return {}
 
 
 class NodeType(CatalogRow):
