@@ -103,7 +103,8 @@ GRAD_BYTES_BF16_REDUCE = 2
 # NCCL ~0.3-1 GiB with 8-32 channels of 4 MiB buffers per peer).
 RUNTIME_RESERVE_GIB = 1.5
 # PyTorch's caching allocator cannot use every byte: fragmentation typically wastes 5-15% of reserved memory
-# (PyTorch memory-management docs; Megatron-LM reports). We keep 8% of the rest free.
+# (PyTorch memory-management docs; Megatron-LM reports). We keep 8% of the rest free, none with
+# training.expandable_segments (memory.fragmentation_fraction).
 FRAGMENTATION_FRACTION = 0.08
 
 # --- Schedule -------------------------------------------------------------------------------------------
@@ -140,7 +141,8 @@ HOST_COPY_EFFICIENCY = 0.8
 # 2.7: training.activation_offload_layers (activations in CPU memory over cluster.node.host_gbytes_per_s).
 # 2.8: FLASH_REFERENCE_LENGTH (a catalog attention efficiency holds at one sweep length; shorter sequences' attention
 # runs slower, longer faster).
-ENGINE_VERSION = "2.8"
+# 2.9: training.expandable_segments (PyTorch's expandable segments: no fragmentation allowance).
+ENGINE_VERSION = "2.9"
 
 
 def as_dict() -> dict[str, float]:

@@ -164,9 +164,21 @@ def memory_per_gpu(m: ModelSpec, training: TrainingSpec, pc: ParamCount, lay: La
     activations = _activations(m, training, lay)
     buffers = _comm_buffers(m, lay) + _gathered_layers(m, training, pc, lay)
     # Persistent state lives in flat buffers allocated once; fragmentation of the caching allocator hits the
-    # tensors allocated and freed every micro-batch, i.e. the activations.
-    other = C.RUNTIME_RESERVE_GIB * GIB + buffers + C.FRAGMENTATION_FRACTION * activations
+    # tensors allocated and freed every micro-batch, i.e. the activations. Expandable segments remove it.
+    other = C.RUNTIME_RESERVE_GIB * GIB + buffers + fragmentation_fraction(training) * activations
     return MemoryBreakdown(weights, grads, optimizer, activations, other)
+
+
+def fragmentation_fraction(training: TrainingSpec) -> float:
+    """Share of the activations the caching allocator cannot reuse: FRAGMENTATION_FRACTION, or none with
+    training.expandable_segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True). The default allocator can
+    give back only segments with no block in use, so free gaps between live blocks strand memory; expandable
+    segments map 2 MiB pages into one growing virtual range, and before an allocation fails the allocator unmaps
+    the pages under every free block and maps them where the request fits (c10/cuda/CUDACachingAllocator.cpp:
+    release_cached_blocks, unmap_block). NVIDIA measured it on Llama 3 70B on H100 80GB: a 58.8 GB peak ran out
+    of memory without it and ran with it (Megatron-Bridge skills/nemo-mbridge-perf-memory-tuning/SKILL.md,
+    "Measured Results")."""
+    return 0.0 if training.expandable_segments else C.FRAGMENTATION_FRACTION
 
 
 def grad_bytes(training: TrainingSpec) -> int:

@@ -203,6 +203,13 @@ def offload_layers(row: dict[str, Any]) -> int:
     return 0
 
 
+def expandable_segments(row: dict[str, Any]) -> bool:
+    """Whether the run states PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True);
+    off where it does not say, as PyTorch's default."""
+    text = text_of(row, "notes", "recompute", "arch_notes", "optimizer_sharding", "fabric_notes")
+    return re.search(r"expandable_segments\s*[:=]\s*true", text) is not None
+
+
 # torchtitan's pipeline defaults where a run states neither its micro-batches nor its stages per rank. Until
 # pytorch/torchtitan #1073 (2025-04-07) `pipeline_parallel_microbatches` defaulted to the PP degree; since then
 # `pipeline_parallel_microbatch_size` defaults to 1. Both before and after, generate_split_points gives a

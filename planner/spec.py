@@ -113,6 +113,11 @@ TRAINING_FIELDS = (
                "come back before their backward (Megatron-Core and NeMo cpu_offloading_num_layers): they leave the "
                "GPU's memory but for two in flight, and the copies hide behind compute as far as the node's host "
                "link allows. At most a stage's layers less one (Megatron-Core: fewer than the model's layers)."),
+    Field("expandable_segments", bool, False,
+          help="PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, set by NeMo and "
+               "Megatron-Bridge recipes and by torchtitan's launcher): freed memory is always reusable, so no "
+               "allowance is kept for fragmentation; off = the default caching allocator, with 8% of the "
+               "activations kept free for it."),
     Field("ep_comm_overlap", bool, False,
           help="Overlap MoE all-to-alls with another micro-batch's compute (Megatron-Core "
                "--overlap-moe-expert-parallel-comm); off = on the critical path."),
@@ -302,6 +307,7 @@ class TrainingSpec:
     fp8_saved_inputs: str = "fp8"
     pp_comm_overlap: bool = True
     activation_offload_layers: int = 0
+    expandable_segments: bool = False
 
 
 @dataclass(frozen=True)

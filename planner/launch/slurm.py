@@ -52,8 +52,11 @@ def slurm(job: Job) -> tuple[str, Emitter]:
                      "node share its NVLink and NICs, which the plan's times assume are this job's")
     lines += [f"# not expressed: {n}" for n in em.notes]
     lines += ['export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-              f"export MASTER_PORT={MASTER_PORT}",
-              'TRAIN=("${TRAIN[@]:-pretrain_gpt.py}")  # the training script and its arguments '
+              f"export MASTER_PORT={MASTER_PORT}"]
+    if job.spec.training.expandable_segments:  # the plan's memory keeps no room for the default allocator's gaps
+        lines.append("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # training.expandable_segments: "
+                     "the plan keeps no memory free for fragmentation")
+    lines += ['TRAIN=("${TRAIN[@]:-pretrain_gpt.py}")  # the training script and its arguments '
               "(the megatron export's MEGATRON_ARGS, say)"]
     inner = "exec torchrun " + " ".join(t for t in torchrun if t) + ' "$@"'
     lines.append(f"srun {' '.join(s for s in srun if s)} bash -c {shlex.quote(inner)} torchrun-on-node "

@@ -256,6 +256,14 @@ def test_slurm_asks_for_whole_nodes_only_when_the_job_is_whole_nodes():
     assert "# 4 of a node's 8 GPUs, not --exclusive" in text
 
 
+def test_slurm_sets_expandable_segments_only_when_the_plan_assumed_them():
+    """A plan that kept no memory for fragmentation must run with the allocator that needs none."""
+    line = "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    assert line not in launch_config(*small_plan(H100_32, {"tp": 8}), "slurm").text
+    text = launch_config(*small_plan(H100_32, {"tp": 8}, {"expandable_segments": True}), "slurm").text
+    assert text.count(line) == 1 and text.index(line) < text.index("srun ")
+
+
 # --------------------------------------------------------------------------------------------------------
 # What a framework cannot express is said, not guessed
 

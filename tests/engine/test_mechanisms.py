@@ -339,6 +339,35 @@ def test_offloading_makes_a_run_that_ran_fit(catalog):
     assert thirty["time_s"]["offload"] == 0.0 and thirty["step_time_s"] == most["step_time_s"]
 
 
+def llama_405b_gb200(catalog, expandable: bool) -> dict:
+    """Megatron-Bridge's Llama 3.1 405B recipe on 256 GB200 (perf_recipes/llama/gb200/llama31.py,
+    llama31_405b_pretrain_256gpu_gb200_fp8cs_config): FP8, TP4 PP16 VP4, no recomputation, gradients reduced in
+    bf16, TP overlap, and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. NeMo's performance summary (26.04.01)
+    publishes 2,144 TFLOP/s a GPU for it."""
+    return {"model": dict(catalog["model"]["Llama 3.1 405B"], seq_len=8192),
+            "training": {"global_batch": 1536, "precision": "fp8", "attention": "cudnn", "tp_comm_overlap": True,
+                         "grad_reduce_dtype": "bf16", "expandable_segments": expandable},
+            "cluster": {"num_gpus": 256, "gpu": "GB200", "node": "GB200 NVL72 compute tray",
+                        "fabric": "XDR InfiniBand fat tree"},
+            "layout": {"tp": 4, "pp": 16, "dp": 4, "cp": 1, "vpp": 4, "micro_batch": 1, "recompute": "none",
+                       "zero": 1}}
+
+
+def test_expandable_segments_drop_the_fragmentation_allowance_and_admit_a_run_that_ran(catalog):
+    """The default allocator keeps 8% of the activations free for its gaps, so the recipe would need 193.9 GiB of
+    the GB200's 186; the recipe sets expandable segments, and without the allowance it needs 183.1 and runs, as
+    it did, at the same speed."""
+    answer = plan(parse_spec(llama_405b_gb200(catalog, False), catalog), top=1)
+    assert answer["plans"] == [] and "needs 193.9 GiB of 186" in answer["rejected_examples"]["out_of_memory"]
+    p = best(llama_405b_gb200(catalog, True), catalog)
+    mem = p["memory_gib"]
+    assert mem["total"] == pytest.approx(183.07, abs=0.01) and mem["total"] <= mem["capacity"]
+    forced = best(dict(llama_405b_gb200(catalog, False), cluster=dict(
+        llama_405b_gb200(catalog, False)["cluster"], gpu=dict(catalog["gpu"]["GB200"], memory_gib=250))), catalog)
+    assert forced["memory_gib"]["other"] - mem["other"] == pytest.approx(0.08 * mem["activations"], rel=1e-4)
+    assert forced["step_time_s"] == pytest.approx(p["step_time_s"], rel=1e-9)
+
+
 def test_a_slow_host_link_exposes_the_copies_the_compute_cannot_cover(catalog):
     """The same offload over PCIe 3.0 x16 (32 GB/s, 12.8 GB/s each way at 80%): 30 layers of 8,192 tokens of
     saved activations take longer each way than the whole 80-layer forward pass."""

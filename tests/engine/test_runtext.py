@@ -145,6 +145,16 @@ def test_offloaded_layers_are_the_ones_the_row_states(row, layers):
     assert rt.offload_layers(row) == layers
 
 
+@pytest.mark.parametrize("row, on", [
+    ({"notes": "env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, NCCL_NVLS_ENABLE=0"}, True),
+    ({"notes": "PYTORCH_CUDA_ALLOC_CONF: 'expandable_segments: True'"}, True),
+    ({"notes": "expandable_segments:False"}, False),
+    ({"notes": ""}, False),
+])
+def test_expandable_segments_are_on_only_where_the_row_says_so(row, on):
+    assert rt.expandable_segments(row) is on
+
+
 @pytest.mark.parametrize("gpu_type, name", [
     ("AMD Instinct MI300X", "AMD MI300X"), ("MI355X (OAM)", "AMD MI355X"), ("A800 80GB", "A100 SXM4 80GB"),
     ("H100-80GB (table: h100_80gb)", "H100 SXM5 80GB"), ("A100-40GB (table: a100_40gb)", "A100 SXM4 40GB"),
