@@ -115,7 +115,7 @@ TRAINING_FIELDS = (
                "link allows. At most a stage's layers less one (Megatron-Core: fewer than the model's layers)."),
     Field("expandable_segments", bool, False,
           help="PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, set by NeMo and "
-               "Megatron-Bridge recipes and by torchtitan's launcher): freed memory is always reusable, so no "
+               "Megatron-Bridge recipes and by torchtitan's run_train.sh): freed memory is always reusable, so no "
                "allowance is kept for fragmentation; off = the default caching allocator, with 8% of the "
                "activations kept free for it."),
     Field("ep_comm_overlap", bool, False,
