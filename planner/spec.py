@@ -14,6 +14,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from .constants import FRAGMENTATION_FRACTION
 from .errors import FieldError, SpecError
 
 REQUIRED = object()  # sentinel: the field has no default
@@ -116,8 +117,8 @@ TRAINING_FIELDS = (
     Field("expandable_segments", bool, False,
           help="PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, set by NeMo and "
                "Megatron-Bridge recipes and by torchtitan's run_train.sh): freed memory is always reusable, so no "
-               "allowance is kept for fragmentation; off = the default caching allocator, with 8% of the "
-               "activations kept free for it."),
+               "allowance is kept for fragmentation; off = the default caching allocator, with "
+               f"{FRAGMENTATION_FRACTION:.0%} of the activations kept free for it."),
     Field("ep_comm_overlap", bool, False,
           help="Overlap MoE all-to-alls with another micro-batch's compute (Megatron-Core "
                "--overlap-moe-expert-parallel-comm); off = on the critical path."),

@@ -53,7 +53,7 @@ def slurm(job: Job) -> tuple[str, Emitter]:
     lines += [f"# not expressed: {n}" for n in em.notes]
     lines += ['export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
               f"export MASTER_PORT={MASTER_PORT}"]
-    if job.spec.training.expandable_segments:  # the plan's memory keeps no room for the default allocator's gaps
+    if job.spec.training.expandable_segments:
         lines.append("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # training.expandable_segments: "
                      "the plan keeps no memory free for fragmentation")
     lines += ['TRAIN=("${TRAIN[@]:-pretrain_gpt.py}")  # the training script and its arguments '
