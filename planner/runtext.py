@@ -191,11 +191,16 @@ OFFLOAD_LAYERS = (
 )
 
 
+# The fields where a row states how its run was set up (recompute, offloading, allocator): the settings readers'
+# one place to look.
+SETTINGS_FIELDS = ("notes", "recompute", "arch_notes", "optimizer_sharding", "fabric_notes")
+
+
 def offload_layers(row: dict[str, Any]) -> int:
     """Layers whose activations the run kept in CPU memory, as the row states them ("cpu_offloading_num_layers:
     20", "offloads the activations of 30 layers"); 0 where it says none or does not say. Offloading named modules
     rather than layers (Megatron-Core's fine-grained offloading) is not counted: the engine has no such option."""
-    text = text_of(row, "notes", "recompute", "arch_notes", "optimizer_sharding", "fabric_notes")
+    text = text_of(row, *SETTINGS_FIELDS)
     for pattern in OFFLOAD_LAYERS:
         found = pattern.search(text)
         if found:
@@ -206,7 +211,7 @@ def offload_layers(row: dict[str, Any]) -> int:
 def expandable_segments(row: dict[str, Any]) -> bool:
     """Whether the run states PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True);
     off where it does not say, as PyTorch's default."""
-    text = text_of(row, "notes", "recompute", "arch_notes", "optimizer_sharding", "fabric_notes")
+    text = text_of(row, *SETTINGS_FIELDS)
     return re.search(r"expandable_segments\s*[:=]\s*true", text) is not None
 
 
