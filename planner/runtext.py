@@ -107,7 +107,12 @@ def zero_granularity(row: dict[str, Any]) -> str:
 
 def grad_reduce_dtype(row: dict[str, Any]) -> str:
     """bf16 when the row says its gradients are reduced in bf16 (FSDP "param/reduce/buffer bf16", reduce_dtype
-    bfloat16, grad-reduce-in-bf16); fp32 otherwise (Megatron's default and FSDP's usual mixed precision)."""
+    bfloat16, grad-reduce-in-bf16, Composer's FSDP mixed_precision PURE); fp32 otherwise (Megatron's default and
+    FSDP's usual mixed precision). Composer's PURE sets param, reduce and buffer dtypes all to the autocast
+    precision, in every version (composer/trainer/dist_strategy.py, get_mixed_precision); what its DEFAULT reduces
+    in changed between versions (fp32 or the autocast dtype), so a row that says only DEFAULT keeps fp32."""
+    if re.search(r"mixed[_ ]precision[ =:]*pure\b", text_of(row, "precision")):  # not notes: they may say why not
+        return "bf16"
     text = text_of(row, "precision", "notes")
     return "bf16" if re.search(r"reduce(_dtype)?[ /=:]*(buffer )?(bf16|bfloat16)|reduce/buffer bf16|"
                                r"grad[-_]reduce[-_]in[-_]bf16", text) else "fp32"

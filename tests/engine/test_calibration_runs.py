@@ -18,7 +18,7 @@ ROWS = load_rows(DATA / "calibration_runs.json")
 # Regression floors (measured figures rounded up): the calibration file, layouts pinned.
 MEDIAN_FLOOR = 0.05
 HELD_OUT_MEDIAN_FLOOR = 0.062
-WORST_FLOOR = 0.30
+WORST_FLOOR = 0.31  # 30.6%: llm-foundry's 70B on 64 A100-40GB, 29.2% before its PURE bf16 reduce was read
 GROUP_MEDIAN_FLOORS = {  # median |error| per group, measured + ~0.5 point
     "F_llmfoundry_benchmarks": 0.047, "F_fms_fsdp_ibm": 0.062, "F_torchtitan_h100_202412": 0.04,
     "F_torchtitan_perfdoc_2024": 0.035, "F_torchtitan_asynctp_h100_202506": 0.073, "F_torchao_float8_h100": 0.04,

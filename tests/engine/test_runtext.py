@@ -64,6 +64,9 @@ def test_the_fabric_notes_give_bandwidth_per_gpu_and_kind(notes, gpus, expected)
     ({"precision": "BF16 (torchtitan defaults: FSDP2 param bf16 / reduce fp32)"}, "fp32"),
     ({"precision": "BF16", "notes": "--grad-reduce-in-bf16"}, "bf16"),
     ({"precision": "BF16 (Composer precision amp_bf16; FSDP mixed_precision DEFAULT)"}, "fp32"),
+    ({"precision": "BF16 (table precision 'bf16'; FSDP mixed_precision PURE)"}, "bf16"),
+    ({"precision": "BF16 (FSDP mixed_precision DEFAULT)",
+      "notes": "sweep.py passes --fsdp_config_mixed_precision pure but run_config does not forward it"}, "fp32"),
 ])
 def test_gradients_are_reduced_in_fp32_unless_the_row_says_bf16(row, dtype):
     assert rt.grad_reduce_dtype(row) == dtype
