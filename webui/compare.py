@@ -1,7 +1,8 @@
 """Plans side by side: the same rows for 2 to 4 plans, each row marked when the plans differ on it.
 
 Rows are read from each plan's stored answer (its best layout) with `.get` and defaults, so a pending or
-failed plan, or one with no feasible layout, shows dashes instead of breaking the page.
+failed plan, or one with no feasible layout, shows dashes instead of breaking the page (but its GPU's memory
+capacity, which its spec gives).
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def compare_plans(*, codes: list[uuid.UUID]) -> list[Plan]:
 
 def compare_sections(*, plans: list[Plan]) -> list[dict[str, Any]]:
     """[{"title", "rows": [{"label", "cells", "differs"}]}] for the compare page, in reading order."""
-    bests = [_best(plan) for plan in plans]
+    bests = [_best(plan) or _unplaced(plan) for plan in plans]
     sections = [
         ("Request", _request_rows()),
         ("Best layout", [(key, lambda b, k=key: (b.get("layout") or {}).get(k)) for key in LAYOUT_KEYS]),
@@ -97,6 +98,14 @@ def compare_figures(*, plans: list[Plan]) -> dict[str, Figure]:
 def _best(plan: Plan) -> dict[str, Any]:
     plans = (plan.result or {}).get("plans") if plan.status == Plan.Status.DONE else None
     return plans[0] if plans and isinstance(plans[0], dict) else {}
+
+
+def _unplaced(plan: Plan) -> dict[str, Any]:
+    """What a plan with no best layout (pending, failed, none feasible) still shows: its GPU's memory capacity,
+    from the spec, so the memory rows say what every layout was measured against."""
+    gpu = ((plan.spec or {}).get("cluster") or {}).get("gpu")
+    capacity = gpu.get("memory_gib") if isinstance(gpu, dict) else None
+    return {"memory_gib": {"capacity": capacity}} if isinstance(capacity, (int, float)) else {}
 
 
 def _request_rows() -> list[tuple[str, Callable[[Plan], Any]]]:

@@ -231,6 +231,20 @@ def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded
     assert 'id="compare-with"' in client.get(f"/plans/{a.code}/").content.decode()
 
 
+def test_compare_gives_the_capacity_of_a_plan_with_no_feasible_layout(client, seeded):
+    a, b = finished_plans(client, 2)
+    Plan.objects.filter(pk=b.pk).update(result={"plans": [], "rejected": []})
+    response = client.get(f"/compare/?plans={a.code},{b.code}")
+    assert response.status_code == 200
+    memory = {r["label"]: r for s in response.context["sections"] if s["title"] == "Memory per GPU (GiB)"
+              for r in s["rows"]}
+    capacity = f"{a.spec['cluster']['gpu']['memory_gib']:.3g}"
+    assert memory["capacity"] == {"label": "capacity", "cells": [capacity, capacity], "differs": False}
+    assert memory["total"]["cells"][1] == "–"
+    # Its charts leave it out rather than draw an empty bar.
+    assert response.context["figures"]["memory"]["data"][0]["y"] == [f"#1 {a.title}"]
+
+
 @pytest.mark.parametrize("query,status,message", [
     ("", 400, "give 2 to 4 different plan codes"),
     ("plans=nonsense,also-bad", 400, "'nonsense' is not a plan code"),
