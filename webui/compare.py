@@ -100,22 +100,24 @@ def _best(plan: Plan) -> dict[str, Any]:
     return plans[0] if plans and isinstance(plans[0], dict) else {}
 
 
+def _spec_at(plan: Plan, *keys: str) -> Any:
+    """The value at `keys` in the plan's stored spec, or None where the path stops."""
+    value: Any = plan.spec
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
 def _unplaced(plan: Plan) -> dict[str, Any]:
     """What a plan with no best layout (pending, failed, none feasible) still shows: its GPU's memory capacity,
     from the spec, so the memory rows say what every layout was measured against."""
-    gpu = ((plan.spec or {}).get("cluster") or {}).get("gpu")
-    capacity = gpu.get("memory_gib") if isinstance(gpu, dict) else None
+    capacity = _spec_at(plan, "cluster", "gpu", "memory_gib")
     return {"memory_gib": {"capacity": capacity}} if isinstance(capacity, (int, float)) else {}
 
 
 def _request_rows() -> list[tuple[str, Callable[[Plan], Any]]]:
     def spec(*keys: str) -> Callable[[Plan], Any]:
-        def read(plan: Plan) -> Any:
-            value: Any = plan.spec
-            for key in keys:
-                value = value.get(key) if isinstance(value, dict) else None
-            return value
-        return read
+        return lambda plan: _spec_at(plan, *keys)
     return [("status", lambda p: p.status), ("model", spec("model", "name")), ("GPUs", spec("cluster", "num_gpus")),
             ("GPU", spec("cluster", "gpu", "name")), ("node", spec("cluster", "node", "name")),
             ("fabric", spec("cluster", "fabric", "name")), ("precision", spec("training", "precision")),
