@@ -142,7 +142,8 @@ HOST_COPY_EFFICIENCY = 0.8
 # 2.8: FLASH_REFERENCE_LENGTH (a catalog attention efficiency holds at one sweep length; shorter sequences' attention
 # runs slower, longer faster).
 # 2.9: training.expandable_segments (PyTorch's expandable segments: no fragmentation allowance).
-ENGINE_VERSION = "2.9"
+# 2.10: MoE layers keep their top_k dispatched token copies (the experts' fc1 input) for the backward.
+ENGINE_VERSION = "2.10"
 
 
 def as_dict() -> dict[str, float]:

@@ -108,16 +108,30 @@ def activation_bytes_per_token(m: ModelSpec, training: TrainingSpec, lay: Layout
         fp8_split = 0.0
     flash = training.attention != "unfused"  # fused kernels (flash, cudnn, triton) never store the s x s squares
     squares = np.zeros(len(lay)) if flash else (5.0 if dropout else 2.0) * m.heads * m.seq_len / tp
-    per_token = replicated + split + fp8_split + squares
+    dispatched = _dispatched_tokens(m, training) / tp
+    per_token = replicated + split + fp8_split + squares + dispatched
     # Selective recomputation: with unfused attention it repeats the attention core and drops the squares
     # (Korthikanti et al. 2022, sec. 5); flash attention never stores them, and selective recomputation there
-    # repeats the element-wise ops and part of the GEMMs instead (_selective_flash).
-    selective = np.where(flash, _selective_flash(m, lay), per_token - squares)
+    # repeats the element-wise ops and part of the GEMMs instead (_selective_flash). Neither repeats the
+    # all-to-all, so the dispatched tokens stay.
+    selective = np.where(flash, _selective_flash(m, lay) + dispatched, per_token - squares)
     full = np.where(lay.sp, 2.0 * h / tp, 2.0 * h)
     # Recomputing part of the layers (Megatron's block method) keeps the others' activations whole.
     stored = np.where(lay.recompute == RECOMPUTE_CODES["selective"], selective,
                       lay.full_share * full + (1.0 - lay.full_share) * per_token)
     return stored, per_token
+
+
+def _dispatched_tokens(m: ModelSpec, training: TrainingSpec) -> float:
+    """Bytes per token, averaged over layers, of the routed copies an MoE layer keeps for its experts' first
+    GEMM: each token reaches the experts top_k times, and the grouped fc1 saves its permuted input
+    [tokens x top_k, h] for the weight gradient (Megatron-Core moe/experts.py, whose expert_fc1 offload exists to
+    move exactly this tensor to the host; torchtitan's per-op SAC keeps the all-to-all output). The router's input
+    is the MLP input the dense formula already counts. 2 bytes, or 1 where Transformer Engine keeps the FP8 cast."""
+    if not m.is_moe:
+        return 0.0
+    fp8_input = training.precision == "fp8" and training.fp8_saved_inputs == "fp8"
+    return (1.0 if fp8_input else 2.0) * m.top_k * m.hidden * m.moe_layers / m.layers
 
 
 def _selective_flash(m: ModelSpec, lay: Layouts) -> np.ndarray:

@@ -68,6 +68,42 @@ def test_fp8_linears_keep_their_one_byte_inputs(catalog, gpt3_doc, saved, sp):
     assert stored[0] == pytest.approx(replicated + split / 8)
 
 
+@pytest.mark.parametrize("precision, saved, per_copy", [("bf16", "fp8", 2), ("fp8", "fp8", 1), ("fp8", "bf16", 2)])
+def test_moe_layers_keep_their_dispatched_token_copies(catalog, gpt3_doc, precision, saved, per_copy):
+    # Mixtral 8x7B (h 4096, kv 1024, expert FFN 14336, top-2): each token reaches its experts twice, and the
+    # grouped fc1 keeps that permuted [tokens x top_k, h] input for its weight gradient (Megatron-Core
+    # moe/experts.py), 1 byte per element where Transformer Engine keeps the FP8 cast. The dense formula's MLP
+    # input (the router's) stays; selective recomputation does not repeat the all-to-all, full keeps the input.
+    gpt3_doc["model"] = dict(catalog["model"]["Mixtral 8x7B"])
+    gpt3_doc["training"].update(precision=precision, fp8_saved_inputs=saved)
+    gpt3_doc["cluster"]["gpu"] = "H100 SXM5 80GB"
+    spec = parse_spec(gpt3_doc, catalog)
+    h, kvd, f = 4096, 1024, 2 * 14336
+    fp8 = precision == "fp8" and saved == "fp8"
+    dense = (6 * h if fp8 else 8 * h) + 2 * h + 4 * kvd + 2 * h + (h + 4 * f + f if fp8 else 6 * f)
+    dispatched = 2 * h * per_copy
+    for tp in (1, 4):
+        stored, _ = activation_bytes_per_token(spec.model, spec.training, layouts(tp=tp, sp=tp > 1))
+        assert stored[0] == pytest.approx((dense + dispatched) / tp)
+    selective, _ = activation_bytes_per_token(spec.model, spec.training, layouts(recompute="selective"))
+    assert selective[0] == pytest.approx(4 * h + 2 * h + 2 * h + 2 * kvd + 2 * f + dispatched)
+    full, _ = activation_bytes_per_token(spec.model, spec.training, layouts(recompute="full"))
+    assert full[0] == pytest.approx(2 * h)
+
+
+def test_dispatched_copies_are_averaged_over_the_moe_layers(catalog, gpt3_doc):
+    # DeepSeek-V3: 58 of 61 layers are MoE (top-8, h 7168); the 3 dense ones keep no routed copies.
+    gpt3_doc["model"] = dict(catalog["model"]["DeepSeek-V3 671B (MLA approximated as MHA)"])
+    moe = parse_spec(gpt3_doc, catalog)
+    gpt3_doc["model"]["top_k"] = 1
+    top1 = parse_spec(gpt3_doc, catalog)
+    a, _ = activation_bytes_per_token(moe.model, moe.training, layouts())
+    b, _ = activation_bytes_per_token(top1.model, top1.training, layouts())
+    # 7 more copies of 2 bytes x h, on 58 of 61 layers; the 7 more routed experts' fc1/activation outputs
+    # (6 x 2048 bytes each) likewise.
+    assert a[0] - b[0] == pytest.approx(7 * (2 * 7168 + 6 * 2048) * 58 / 61)
+
+
 def test_weights_per_gpu_for_gpt3_tp8_pp16(gpt3):
     pc = param_count(gpt3.model)
     p = params_on_gpu(gpt3.model, pc, layouts(tp=8, pp=16, dp=8))
