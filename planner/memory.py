@@ -138,7 +138,8 @@ def _selective_flash(m: ModelSpec, lay: Layouts) -> np.ndarray:
     """Bytes per token a layer keeps under selective recomputation with flash attention: its input and the
     attention output (2h each), and every other GEMM output (Q, V, the MLP's first and its output projection),
     the norms and activations being recomputed (torchtitan's per-op SAC policy, which saves the outputs of
-    SDPA and of every second matmul; Megatron-Core's --recompute-modules keep a similar share)."""
+    SDPA and of every second matmul). Megatron-Core's --recompute-modules name smaller parts (core_attn by
+    default; the MoE recipes' mla_up_proj, moe_act, layernorm), which this mode over-costs (README, engine 2.10)."""
     h, tp = m.hidden, lay.tp
     h_wide = 4.0 * h / np.where(lay.sp, tp, 1)
     split = (2.0 * h + 2.0 * h + 2.0 * kv_dim(m) + 2.0 * mlp_width_per_token(m)) / tp
