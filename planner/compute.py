@@ -108,6 +108,7 @@ class LayerTimes:
     logits_bwd: np.ndarray
     selective_fwd: np.ndarray  # what selective recomputation repeats in the backward pass
     full_fwd: np.ndarray       # what full recomputation repeats: the forward, or less with early stop
+    weight_cast: np.ndarray    # FP8 weight cast paid once per step, not per micro-batch (training.fp8_weight_cache)
     tp_gemms: tuple[np.ndarray, ...] = ()  # forward GEMMs beside the TP collectives: QKV, output proj., MLP up, down
 
 
@@ -134,8 +135,12 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
         down_f = (dense_n * dense_down + moe_n * moe_down) / m.layers
     mem_f = elementwise_bytes(m, training, shard) * t / hbm_bytes_per_s(gpu)
     mem_b = C.ELEMENTWISE_BACKWARD_FACTOR * mem_f
-    if fp8:
-        mem_f = mem_f + fp8_weight_cast_bytes(m, shard) / hbm_bytes_per_s(gpu)
+    # FP8 weights are cast in every micro-batch's forward, or once per step where Transformer Engine caches them
+    # across the step's micro-batches (is_first_microbatch, which Megatron-Core passes: extensions/
+    # transformer_engine.py); the step adds that once per layer (steptime.step_times).
+    cast = fp8_weight_cast_bytes(m, shard) / hbm_bytes_per_s(gpu) if fp8 else np.zeros(np.shape(t))
+    cached = fp8 and training.fp8_weight_cache
+    mem_f = mem_f + (0.0 if cached else cast)
     rowwise = fp8 and training.fp8_recipe == "rowwise"
     if rowwise:
         mem_b = mem_b + C.FP8_ROWWISE_RESCALE_BYTES * _gradient_outputs(m, shard) / hbm_bytes_per_s(gpu)
@@ -169,8 +174,9 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
     logits_b = logits_b + 2.5 * loss_bytes / hbm_bytes_per_s(gpu)
     shape = np.shape(fwd)
     gemms = tuple(np.broadcast_to(g, shape).copy() for g in (qkv[0], proj[0], mlp_f - down_f, down_f))
+    weight_cast = np.broadcast_to(cast if cached else 0.0, shape).copy()
     return LayerTimes(fwd, bwd, attn_f, logits_f, logits_b, np.broadcast_to(selective, shape).copy(),
-                      np.broadcast_to(full, shape).copy(), gemms)
+                      np.broadcast_to(full, shape).copy(), weight_cast, gemms)
 
 
 def _mlp_times(t: np.ndarray, width: np.ndarray, h: int, up: int, gpu: GPUSpec, fp8: bool, separate: bool = False

@@ -143,6 +143,7 @@ HOST_COPY_EFFICIENCY = 0.8
 # runs slower, longer faster).
 # 2.9: training.expandable_segments (PyTorch's expandable segments: no fragmentation allowance).
 # 2.10: MoE layers keep their top_k dispatched token copies (the experts' fc1 input) for the backward.
+# Also 2.10: training.fp8_weight_cache (Transformer Engine casts FP8 weights once per step under Megatron-Core).
 ENGINE_VERSION = "2.10"
 
 

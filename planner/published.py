@@ -215,6 +215,9 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
                          "fp8_recipe": rt.fp8_recipe(row),
                          # torchao float8 (the PyTorch-native stacks' FP8) keeps its linears' 16-bit inputs
                          "fp8_saved_inputs": "bf16" if rt.native_stack(row) else "fp8",
+                         # Megatron-Core passes is_first_microbatch to Transformer Engine, which then casts the
+                         # weights once per step; the PyTorch-native stacks cast them in every forward
+                         "fp8_weight_cache": not rt.native_stack(row),
                          "pp_comm_overlap": rt.pp_overlap(row),
                          "activation_offload_layers": rt.offload_layers(row),
                          "expandable_segments": rt.expandable_segments(row),

@@ -94,6 +94,11 @@ TRAINING_FIELDS = (
     Field("fp8_param_gather", bool, False,
           help="With fp8: gather parameters in FP8, 1 byte each (FSDP2 float8 all-gather, Megatron "
                "--fp8-param-gather); off = 16-bit gathers."),
+    Field("fp8_weight_cache", bool, False,
+          help="With fp8: cast each layer's weights to FP8 (and their transposes) once per step and reuse them in "
+               "every micro-batch (Transformer Engine's is_first_microbatch weight cache, which Megatron-Core and "
+               "NeMo use); off = cast again in every micro-batch's forward (torchao float8, torchtitan, Transformer "
+               "Engine called without it)."),
     Field("fp8_saved_inputs", str, "fp8", choices=FP8_SAVED_INPUTS,
           help="With fp8: what each FP8 linear keeps for its weight-gradient GEMM: fp8 (Transformer Engine, so "
                "Megatron-Core and NeMo: the 1-byte cast input) or bf16 (torchao float8, torchtitan: the 16-bit input, "
@@ -298,6 +303,7 @@ class TrainingSpec:
     elementwise: str = "fused"
     ep_comm_overlap: bool = False
     fp8_param_gather: bool = False
+    fp8_weight_cache: bool = False
     ep_dispatch: str = "all_to_all"
     fp8_recipe: str = "tensorwise"
     cp_load_balance: bool = True

@@ -1,6 +1,7 @@
 """The step-time mechanisms that published runs on newer stacks need, each with real values."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from planner import SpecError, parse_spec
@@ -392,3 +393,28 @@ def test_a_stage_offloads_at_most_all_but_one_of_its_layers(catalog):
     assert many["memory_gib"] == most["memory_gib"] != fewer["memory_gib"]
     with pytest.raises(SpecError, match="training.activation_offload_layers: must be less than model.layers"):
         parse_spec(llama_70b_gb200(catalog, 80), catalog)
+
+
+def test_a_cached_fp8_weight_cast_is_paid_once_a_step_not_every_micro_batch(catalog):
+    # Transformer Engine casts each layer's weights (and their transposes) to FP8 in the first micro-batch of a step
+    # and reuses them (is_first_microbatch, which Megatron-Core passes); without the cache every forward casts them.
+    from planner.compute import Shard, fp8_weight_cast_bytes, hbm_bytes_per_s
+
+    def doc(**training):
+        d = llama_8b_fsdp(catalog, 8, precision="fp8", **training)
+        d["training"]["global_batch"] = 8 * 6  # six micro-batches of one sequence per rank
+        d["layout"].update(zero=1)  # full recomputation, as llama_8b_fsdp sets
+        return d
+    per_step, per_micro = (best(doc(fp8_weight_cache=c), catalog)["time_s"]["compute"] for c in (True, False))
+    spec = parse_spec(doc(), catalog)
+    shard = Shard(*(np.array([v]) for v in (1, 1, 1, 1, False)))
+    cast = fp8_weight_cast_bytes(spec.model, shard)[0] / hbm_bytes_per_s(spec.cluster.gpu)
+    # Llama 3 8B: 32 layers of 4 bytes per weight (2-byte read, FP8 copy and transpose), at 0.85 of 3.35 TB/s.
+    assert cast == pytest.approx(4 * (2 * 4096 ** 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336) / (3350e9 * 0.85))
+    # Uncached, each of the 6 micro-batches casts in its forward and again in its recomputed forward; cached, once.
+    assert per_micro - per_step == pytest.approx(32 * (2 * 6 - 1) * cast, rel=1e-6)
+    # BF16 training casts nothing either way.
+    bf16 = [best(dict(doc(fp8_weight_cache=c), training={"global_batch": 48, "precision": "bf16",
+                                                          "fp8_weight_cache": c}), catalog)["time_s"]["compute"]
+            for c in (True, False)]
+    assert bf16[0] == bf16[1]
