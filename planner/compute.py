@@ -138,7 +138,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
     # FP8 weights are cast in every micro-batch's forward, or once per step where Transformer Engine caches them
     # across the step's micro-batches (is_first_microbatch, which Megatron-Core passes: extensions/
     # transformer_engine.py); the step adds that once per layer (steptime.step_times).
-    cast = fp8_weight_cast_bytes(m, shard) / hbm_bytes_per_s(gpu) if fp8 else np.zeros(np.shape(t))
+    cast = fp8_weight_cast_bytes(m, shard) / hbm_bytes_per_s(gpu) if fp8 else 0.0
     cached = fp8 and training.fp8_weight_cache
     mem_f = mem_f + (0.0 if cached else cast)
     rowwise = fp8 and training.fp8_recipe == "rowwise"
