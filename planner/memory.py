@@ -96,7 +96,7 @@ def activation_bytes_per_token(m: ModelSpec, training: TrainingSpec, lay: Layout
     f = mlp_width_per_token(m)
     mlp_inner = (4.0 if not m.gated_mlp else 6.0) * f
     split = (2.0 * h + 4.0 * kv_dim(m) + 2.0 * h + mlp_inner) / tp
-    if training.precision == "fp8" and training.fp8_saved_inputs == "fp8":
+    if training.saves_fp8_inputs:
         # Transformer Engine keeps the FP8 cast of a linear's input for its weight-gradient GEMM, 1 byte per element
         # (only the column-wise copy the backward reads: transformer_engine/pytorch/module/linear.py and
         # layernorm_linear.py save the quantized input), not the 16-bit tensor: the QKV and MLP inputs (norm
@@ -130,8 +130,7 @@ def _dispatched_tokens(m: ModelSpec, training: TrainingSpec) -> float:
     is the MLP input the dense formula already counts. 2 bytes, or 1 where Transformer Engine keeps the FP8 cast."""
     if not m.is_moe:
         return 0.0
-    fp8_input = training.precision == "fp8" and training.fp8_saved_inputs == "fp8"
-    return (1.0 if fp8_input else 2.0) * m.top_k * m.hidden * m.moe_layers / m.layers
+    return (1.0 if training.saves_fp8_inputs else 2.0) * m.top_k * m.hidden * m.moe_layers / m.layers
 
 
 def _selective_flash(m: ModelSpec, lay: Layouts) -> np.ndarray:

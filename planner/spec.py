@@ -316,6 +316,11 @@ class TrainingSpec:
     activation_offload_layers: int = 0
     expandable_segments: bool = False
 
+    @property
+    def saves_fp8_inputs(self) -> bool:
+        """FP8 training whose linears keep the 1-byte cast of their inputs for the backward (Transformer Engine)."""
+        return self.precision == "fp8" and self.fp8_saved_inputs == "fp8"
+
 
 @dataclass(frozen=True)
 class GPUSpec:

@@ -115,8 +115,8 @@ def step_times(spec: PlanSpec, pc: ParamCount, lay: Layouts, placement: dict[str
     per_micro = fwd + bwd + offload + (exposed["tp_comm"] + exposed["cp_comm"] + exposed["ep_comm"]) / micro
     shards = np.where(lay.zero >= 1, lay.dp * lay.cp, 1)
     # A cached FP8 weight cast runs once per step for each of the stage's layers (compute.layer_times).
-    parts = {"compute": micro * (fwd + bwd) + n * lt.weight_cast, "bubble": (lay.pp - 1) / lay.vpp * per_micro, **exposed,
-             "offload": micro * offload, "optimizer": optimizer_time(params / shards, cluster.gpu)}
+    parts = {"compute": micro * (fwd + bwd) + n * lt.weight_cast, "bubble": (lay.pp - 1) / lay.vpp * per_micro,
+             **exposed, "offload": micro * offload, "optimizer": optimizer_time(params / shards, cluster.gpu)}
     return StepTimes({k: parts[k] for k in PARTS}, [c for c in colls if np.any(c.calls > 0)])
 
 

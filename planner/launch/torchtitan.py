@@ -65,7 +65,7 @@ def _training(job: Job, key, em: Emitter) -> None:
         key("quantize.linear.float8", "recipe_name", t.fp8_recipe)
         if t.fp8_param_gather:
             key("quantize.linear.float8", "enable_fsdp_float8_all_gather", True)
-    if t.precision == "fp8" and t.fp8_saved_inputs == "fp8":
+    if t.saves_fp8_inputs:
         em.note("fp8_saved_inputs fp8: torchao float8 keeps each linear's 16-bit input for the backward, so "
                 "activations take more memory than the plan assumed")
     if t.attention == "cudnn":
