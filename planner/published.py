@@ -18,6 +18,7 @@ step time is compared with the measured one. Interpretation rules for rows, stat
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from dataclasses import dataclass
@@ -53,6 +54,13 @@ VOCAB_BY_TOKENIZER = (("deepseek-v3", 129_280), ("qwen3", 151_936))
 # GPT-3-like rows that state no vocabulary (Zero Bubble, sec. 5.1) used Megatron-LM's GPT-2 BPE, 50,257 tokens
 # padded to a multiple of 128: 50,304.
 GPT2_VOCAB_PADDED = 50_304
+# Row fields the harness does arithmetic with (or hands to the spec as numbers); a row that gives one of them as
+# anything but a number is reported naming the field, not with the TypeError it would raise further on.
+ROW_NUMBERS = ("gpus", "gpus_per_node", "nvlink_domain_gpus", "nics_per_node", "ib_gbps_per_port",
+               "nvlink_gbytes_per_s_per_gpu", "gpu_memory_gb", "params_billion", "layers", "hidden", "heads",
+               "kv_heads", "ffn_hidden", "vocab", "seq_len", "global_batch", "micro_batch", "tp", "pp", "dp", "cp",
+               "ep", "experts", "top_k", "expert_ffn_hidden", "shared_experts", "dense_layers", "step_time_s",
+               "tokens_per_sec_per_gpu", "mfu_percent", "tflops_per_gpu")
 # Rows whose authors explored the local batch per run without stating it: the search may pick any micro-batch
 # dividing this many sequences per GPU (with gradient accumulation over the rest).
 EXPLORED_LOCAL_BATCH = 16
@@ -200,6 +208,7 @@ def _first_int(value: Any) -> int | None:
 
 def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = None) -> dict[str, Any]:
     """The plan spec document of a published run, with its stated layout pinned."""
+    _check_numbers(row)
     gpu = gpu_name(row)
     node, fabric = _network(row, catalog, gpu)
     notes = (row.get("notes") or "").lower()
@@ -224,6 +233,14 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
                          "ep_dispatch": "dedup" if any(w in notes for w in ("deepep", "hybridep")) else "all_to_all"},
             "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},
             "layout": _layout_doc(row, model, catalog)}
+
+
+def _check_numbers(row: dict[str, Any]) -> None:
+    for key in ROW_NUMBERS:
+        value = row.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value < 0):
+            raise SpecError.one(key, f"must be a number of 0 or more, not {value!r}")
 
 
 def _network(row: dict[str, Any], catalog: Catalog, gpu: str) -> tuple[dict[str, Any], str | dict[str, Any]]:

@@ -74,3 +74,12 @@ def test_a_row_that_cannot_become_a_spec_is_reported_not_raised(catalog):
     row = dict(load_rows(RUNS)[0], id="broken", vocab=None)
     [c] = compare([row], catalog)
     assert c.predicted_s is None and c.why.startswith("no spec: model.vocab: is required")
+
+
+@pytest.mark.parametrize("field, value", [("gpus", "lots"), ("tp", True), ("seq_len", -2048),
+                                          ("tokens_per_sec_per_gpu", float("nan")), ("ib_gbps_per_port", "fast")])
+def test_a_row_field_that_is_not_a_number_is_named(catalog, field, value):
+    row = dict(load_rows(RUNS)[0], id="odd", **{field: value})
+    [c] = compare([row], catalog)
+    assert c.predicted_s is None
+    assert c.why == f"no spec: {field}: must be a number of 0 or more, not {value!r}"
