@@ -107,7 +107,8 @@ def zero_granularity(row: dict[str, Any]) -> str:
 
 def grad_reduce_dtype(row: dict[str, Any]) -> str:
     """bf16 when the row says its gradients are reduced in bf16 (FSDP "param/reduce/buffer bf16", reduce_dtype
-    bfloat16, grad-reduce-in-bf16, Composer's FSDP mixed_precision PURE); fp32 otherwise (Megatron's default and
+    bfloat16, grad-reduce-in-bf16 or Megatron-Bridge's grad_reduce_in_fp32 False, NeMo 1.0's distributed Adam
+    grad_sync_dtype bf16, Composer's FSDP mixed_precision PURE); fp32 otherwise (Megatron's default and
     FSDP's usual mixed precision). Composer's PURE sets param, reduce and buffer dtypes all to the autocast
     precision, in every version (composer/trainer/dist_strategy.py, get_mixed_precision); what its DEFAULT reduces
     in changed between versions (fp32 or the autocast dtype), so a row that says only DEFAULT keeps fp32."""
@@ -115,7 +116,8 @@ def grad_reduce_dtype(row: dict[str, Any]) -> str:
         return "bf16"
     text = text_of(row, "precision", "notes")
     return "bf16" if re.search(r"reduce(_dtype)?[ /=:]*(buffer )?(bf16|bfloat16)|reduce/buffer bf16|"
-                               r"grad[-_]reduce[-_]in[-_]bf16", text) else "fp32"
+                               r"grad[-_]reduce[-_]in[-_]bf16|grad[-_]reduce[-_]in[-_]fp32[ =:]*false|"
+                               r"grad[-_]sync[-_]dtype[ =:]*(bf16|bfloat16)", text) else "fp32"
 
 
 def fp8_recipe(row: dict[str, Any]) -> str:

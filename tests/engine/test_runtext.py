@@ -67,6 +67,10 @@ def test_the_fabric_notes_give_bandwidth_per_gpu_and_kind(notes, gpus, expected)
     ({"precision": "BF16 (table precision 'bf16'; FSDP mixed_precision PURE)"}, "bf16"),
     ({"precision": "BF16 (FSDP mixed_precision DEFAULT)",
       "notes": "sweep.py passes --fsdp_config_mixed_precision pure but run_config does not forward it"}, "fp32"),
+    ({"precision": "BF16", "notes": "recipe: grad_reduce_in_fp32 False"}, "bf16"),
+    ({"precision": "BF16", "notes": "Megatron default grad_reduce_in_fp32 True"}, "fp32"),
+    ({"precision": "FP8", "notes": "NeMo distributed_fused_adam, optim grad_sync_dtype bf16"}, "bf16"),
+    ({"precision": "FP8", "notes": "optim grad_sync_dtype: fp32"}, "fp32"),
 ])
 def test_gradients_are_reduced_in_fp32_unless_the_row_says_bf16(row, dtype):
     assert rt.grad_reduce_dtype(row) == dtype
