@@ -88,9 +88,11 @@ def zero_stage(sharding: Any) -> int:
     # Megatron-FSDP's data-parallel sharding strategies: optim (1), optim_grads (2), optim_grads_params (3).
     if "optim_grads_params" in text:
         return 3
-    if re.search(r"shard_grad_op|zero[- ]?(stage )?2\b|stage 2\b|optim_grads\b", text):
+    # "ZeRO-2", "ZeRO stage 2", "zero stage: 2", DeepSpeed's JSON "stage": 2
+    stage = r"(zero[-_ ]?(stage)?|stage)[\"']?\s*[-:=]?\s*"
+    if re.search(rf"shard_grad_op|{stage}2\b|optim_grads\b", text):
         return 2
-    if re.search(r"zero[- ]?(stage )?3\b|stage 3\b|zero\+\+|full(y)?[_ ]shard|fsdp|hsdp|hybrid[_ ]shard", text):
+    if re.search(rf"{stage}3\b|zero\+\+|full(y)?[_ ]shard|fsdp|hsdp|hybrid[_ ]shard", text):
         return 3
     if re.search(r"\bddp\b|plain data[- ]parallel", text) and not re.search(
             r"zero[- ]?(stage )?1\b|distributed optimi[sz]er|\boptim\b", text):
