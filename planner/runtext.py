@@ -29,8 +29,9 @@ def text_of(row: dict[str, Any], *keys: str) -> str:
 
 
 def recompute_mode(row: dict[str, Any]) -> str | None:
-    """The row's recompute text: "full ...", "selective ..." (per-op: the engine's selective mode), "none ...";
-    "not stated" leaves it to the search, and so does block-level checkpointing of some blocks (full
+    """The row's recompute text: "full ...", "selective ..." (per-op: the engine's selective mode), "none ...", and
+    the same in the stacks' own words (activation / gradient checkpointing: full; --recompute-activations:
+    selective; recompute_granularity null: none); "not stated" leaves it to the search, and so does block-level checkpointing of some blocks (full
     recomputation of part of the layers), unless recompute_fraction finds the share."""
     text = (row.get("recompute") or "").lower()
     if text.startswith("not stated") or "not stated" in text[:40]:
@@ -44,10 +45,19 @@ def recompute_mode(row: dict[str, Any]) -> str | None:
     # "recompute_granularity=full"; "per-op selective AC".
     if re.search(r"^(off|disabled|false|not used)\b|without (activation )?(recomput|checkpoint)", text):
         return "none"
-    if "selective" in text:
+    # Megatron's recompute_granularity (NeMo activations_checkpoint_granularity) null: no recomputation.
+    if re.search(r"granularity\s*[:=]?\s*(null|none)\b", text):
+        return "none"
+    # Megatron-LM's --recompute-activations flag is its selective granularity (arguments.py).
+    if "selective" in text or "recompute-activations" in text:
         return "selective"
     if re.search(r"\bfull\b", text):
         return "full"
+    # Whole-layer checkpointing named as such: FSDP/DeepSpeed "activation checkpointing", Hugging Face "gradient
+    # checkpointing", Megatron 2020's --checkpoint-activations; unless the row says it was off.
+    named = r"(activation|gradient)s?[-_ ]checkpointing|checkpoint[-_]activations"
+    if re.search(named, text):
+        return "none" if re.search(rf"({named})\s*[:=]?\s*(false|off|disabled|no)\b", text) else "full"
     if "megatron-lm readme" in row.get("source", {}).get("title", "").lower():
         return "full"
     return None
@@ -163,7 +173,12 @@ def tp_overlap(row: dict[str, Any]) -> bool:
     text = text_of(row, "id", "precision", "notes", "model")
     if "vanilla tp" in text or "vanillatp" in text:
         return False  # the synchronous baseline of an async-TP comparison
-    return any(word in text for word in ("asynctp", "async tp", "async-tp", "tp-comm-overlap", "tp_comm_overlap"))
+    # A switch the row states as off ("tp_comm_overlap: False", "ub_tp_comm_overlap false", "TP comm overlap
+    # off"), or a named overlap ("--tp-comm-overlap", "async TP", "TP communication overlap on").
+    switch = r"tp[-_ ]comm(unication)?[-_ ]overlap"
+    if re.search(switch + r"\s*[:=]?\s*(false|off|disabled|0)\b", text):
+        return False
+    return bool(re.search(r"async[-_ ]?tp|" + switch, text))
 
 
 def ep_overlap(row: dict[str, Any]) -> bool:

@@ -214,6 +214,19 @@ def test_the_zero_stage_is_the_sharding_the_row_names(sharding, stage):
     ("activation checkpointing: full", "full"), ("recompute_granularity=full", "full"),
     ("per-op selective AC", "selective"), ("AC: selective op", "selective"),
     ("not stated", None), ("n/a", None),
+    ("activation checkpointing", "full"), ("gradient checkpointing (Hugging Face)", "full"),
+    ("checkpoint_activations: true", "full"), ("activation_checkpointing: false", "none"),
+    ("gradient_checkpointing=False", "none"), ("--recompute-activations", "selective"),
+    ("recompute_granularity: null", "none"), ("activations_checkpoint_granularity None", "none"),
 ])
 def test_the_recompute_mode_is_the_one_the_row_names(recompute, mode):
     assert rt.recompute_mode({"recompute": recompute, "source": {}}) == mode
+
+
+@pytest.mark.parametrize("notes, overlap", [
+    ("--tp-comm-overlap", True), ("ub_tp_comm_overlap: True", True), ("TP communication overlap enabled", True),
+    ("torchtitan async TP", True), ("tp_comm_overlap: False", False), ("tp-comm-overlap off", False),
+    ("ub_tp_comm_overlap false (launcher yaml)", False), ("vanilla TP baseline", False), ("", False),
+])
+def test_tp_overlap_is_on_only_where_the_row_says_so(notes, overlap):
+    assert rt.tp_overlap({"notes": notes}) is overlap
