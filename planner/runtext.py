@@ -31,8 +31,9 @@ def text_of(row: dict[str, Any], *keys: str) -> str:
 def recompute_mode(row: dict[str, Any]) -> str | None:
     """The row's recompute text: "full ...", "selective ..." (per-op: the engine's selective mode), "none ...", and
     the same in the stacks' own words (activation / gradient checkpointing: full; --recompute-activations:
-    selective; recompute_granularity null: none); "not stated" leaves it to the search, and so does block-level checkpointing of some blocks (full
-    recomputation of part of the layers), unless recompute_fraction finds the share."""
+    selective; recompute_granularity null: none); "not stated" leaves it to the search, and so does block-level
+    checkpointing of some blocks (full recomputation of part of the layers), unless recompute_fraction finds the
+    share."""
     text = (row.get("recompute") or "").lower()
     if text.startswith("not stated") or "not stated" in text[:40]:
         return None
