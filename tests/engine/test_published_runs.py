@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from planner.published import compare, error_table, load_overlays, load_rows
+from planner.published import WITHOUT_MARGIN, compare, error_table, load_overlays, load_rows, row_to_spec_doc
+from planner.report import plan
+from planner.spec import parse_spec
 
 from .conftest import DATA
 
@@ -83,3 +85,21 @@ def test_a_row_field_that_is_not_a_number_is_named(catalog, field, value):
     [c] = compare([row], catalog)
     assert c.predicted_s is None
     assert c.why == f"no spec: {field}: must be a number of 0 or more, not {value!r}"
+
+
+def test_a_run_that_fits_only_without_the_fragmentation_margin_is_costed_and_says_so(catalog):
+    """SC21's 18.4B layout with micro-batch 4 and no recomputation needs more than 80 GiB with the caching
+    allocator's fragmentation allowance and less without it. A published run ran, so it is costed at the memory it
+    needs (as with expandable segments, which keep no allowance), and its layout says it fit only so; a planner's
+    own search keeps the margin."""
+    row = dict(load_rows(RUNS)[3], id="tight", micro_batch=4, recompute="none")
+    assert row["gpus"] == 256 and row["tp"] == 8
+    [c] = compare([row], catalog)
+    assert c.layout == "TP8 PP1 DP32 mb4" + WITHOUT_MARGIN
+    doc = row_to_spec_doc(row, catalog)
+    with_margin = plan(parse_spec(doc, catalog), top=1)
+    assert with_margin["plans"] == [] and "out_of_memory" in with_margin["rejected_examples"]
+    doc["training"]["expandable_segments"] = True
+    [best] = plan(parse_spec(doc, catalog), top=1)["plans"]
+    assert c.predicted_s == best["step_time_s"]
+    assert best["memory_gib"]["total"] <= best["memory_gib"]["capacity"]
