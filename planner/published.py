@@ -340,8 +340,9 @@ def compare(rows: list[dict[str, Any]], catalog: Catalog | None = None,
             # The run ran, so its layout fit. The fragmentation allowance is a planning margin for the caching
             # allocator (memory.fragmentation_fraction), not memory the layout needs: a published run is judged
             # against the memory it needs, and says so when it fits only without the margin.
-            spec = replace(spec, training=replace(spec.training, expandable_segments=True))
-            answer, label = plan(spec, top=1), WITHOUT_MARGIN
+            relaxed = plan(replace(spec, training=replace(spec.training, expandable_segments=True)), top=1)
+            if relaxed["plans"]:  # otherwise the reasons stay the planner's own, margin included
+                answer, label = relaxed, WITHOUT_MARGIN
         if answer["plans"]:
             best = answer["plans"][0]
             out.append(Comparison(row["id"], measured, best["step_time_s"], best["label"] + label))

@@ -103,3 +103,9 @@ def test_a_run_that_fits_only_without_the_fragmentation_margin_is_costed_and_say
     [best] = plan(parse_spec(doc, catalog), top=1)["plans"]
     assert c.predicted_s == best["step_time_s"]
     assert best["memory_gib"]["total"] <= best["memory_gib"]["capacity"]
+    # Too big even without the margin: not modelled, with the planner's own reason (margin included).
+    huge = dict(row, micro_batch=16)
+    [c] = compare([huge], catalog)
+    own = plan(parse_spec(row_to_spec_doc(huge, catalog), catalog), top=1)
+    assert c.predicted_s is None and c.why == "; ".join(own["rejected_examples"].values())
+    assert "needs" in c.why and "GiB of 80" in c.why
