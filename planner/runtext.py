@@ -28,6 +28,12 @@ def text_of(row: dict[str, Any], *keys: str) -> str:
     return " ".join(str(row.get(k) or "") for k in keys).lower()
 
 
+def stated_off(switch: str, text: str) -> bool:
+    """Whether the text sets the switch (a regex) off: "tp_comm_overlap: False", "activation_checkpointing=off",
+    "overlap_moe_expert_parallel_comm false", "... disabled", "... no", "... 0"."""
+    return re.search(rf"({switch})\s*[:=]?\s*(false|off|disabled|no|0)\b", text) is not None
+
+
 def recompute_mode(row: dict[str, Any]) -> str | None:
     """The row's recompute text: "full ...", "selective ..." (per-op: the engine's selective mode), "none ...", and
     the same in the stacks' own words (activation / gradient checkpointing: full; --recompute-activations:
@@ -58,7 +64,7 @@ def recompute_mode(row: dict[str, Any]) -> str | None:
     # checkpointing", Megatron 2020's --checkpoint-activations; unless the row says it was off.
     named = r"(activation|gradient)s?[-_ ]checkpointing|checkpoint[-_]activations"
     if re.search(named, text):
-        return "none" if re.search(rf"({named})\s*[:=]?\s*(false|off|disabled|no)\b", text) else "full"
+        return "none" if stated_off(named, text) else "full"
     if "megatron-lm readme" in row.get("source", {}).get("title", "").lower():
         return "full"
     return None
@@ -106,7 +112,7 @@ def zero_stage(sharding: Any) -> int:
     if re.search(rf"{stage}3\b|zero\+\+|full(y)?[_ ]shard|fsdp|hsdp|hybrid[_ ]shard", text):
         return 3
     if re.search(r"\bddp\b|plain data[- ]parallel", text) and not re.search(
-            r"zero[- ]?(stage )?1\b|distributed optimi[sz]er|\boptim\b", text):
+            rf"{stage}1\b|distributed optimi[sz]er|\boptim\b", text):
         return 0
     return 1
 
@@ -177,7 +183,7 @@ def tp_overlap(row: dict[str, Any]) -> bool:
     # A switch the row states as off ("tp_comm_overlap: False", "ub_tp_comm_overlap false", "TP comm overlap
     # off"), or a named overlap ("--tp-comm-overlap", "async TP", "TP communication overlap on").
     switch = r"tp[-_ ]comm(unication)?[-_ ]overlap"
-    if re.search(switch + r"\s*[:=]?\s*(false|off|disabled|0)\b", text):
+    if stated_off(switch, text):
         return False
     return bool(re.search(r"async[-_ ]?tp|" + switch, text))
 
@@ -186,9 +192,10 @@ def ep_overlap(row: dict[str, Any]) -> bool:
     """MoE all-to-alls overlapped with another micro-batch's compute when the row says so (Megatron-Core
     --overlap-moe-expert-parallel-comm, or "EP overlap" in its feature list); off when it says the flag is false."""
     text = text_of(row, "notes", "precision")
-    if re.search(r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm\s*[:=]?\s*false", text):
+    switch = r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm"
+    if stated_off(switch, text):
         return False
-    return bool(re.search(r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm|\bep overlap|ep a2a overlap", text))
+    return bool(re.search(switch + r"|\bep overlap|ep a2a overlap", text))
 
 
 def pp_overlap(row: dict[str, Any]) -> bool:

@@ -202,7 +202,7 @@ def test_a_four_bit_row_is_reported_not_costed_at_sixteen_bits():
     ("Megatron-FSDP data-parallel sharding strategy optim_grads_params", 3), ("FSDP2 fully_shard", 3),
     ("HSDP (hybrid shard over 8 GPUs)", 3), ("ZeRO++", 3), ("DeepSpeed ZeRO stage 3", 3), ("fully sharded", 3),
     ("DeepSpeed zero stage: 3", 3), ('"zero_optimization": {"stage": 3}', 3), ("zero_stage=2", 2), ("ZeRO 2", 2),
-    ("ZeRO-1 over 32 pipeline stages", 1),
+    ("ZeRO-1 over 32 pipeline stages", 1), ("DDP with zero_stage=1", 1), ("DDP, DeepSpeed zero stage: 1", 1),
 ])
 def test_the_zero_stage_is_the_sharding_the_row_names(sharding, stage):
     assert rt.zero_stage(sharding) == stage
