@@ -304,15 +304,24 @@ def elementwise_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> np.
         # torch.compile), leaving the FP8 copy and its transpose.
         cast = C.FP8_CAST_BYTES_FUSED if training.elementwise == "fused" else C.FP8_CAST_BYTES
         gathered = 2 * h  # the QKV and MLP-up inputs, whole on every TP rank
+        # Separate projections (wq, wk, wv; w1, w3) cast the input they share once per linear: torchao's Float8Linear
+        # casts its own input in its forward and again for its weight gradient (torchao float8_linear.py,
+        # matmul_with_hp_or_float8_args). Measured: leaving the two small linears wk and wv in 16 bits took
+        # torchtitan's rowwise Llama 3 TP runs from about BF16's throughput to about 10% above it (torchtitan #1207,
+        # #1319), far more than those GEMMs' share of the layer.
+        per_linear = (3 + (2 if m.gated_mlp else 1)) * h if training.projections == "separate" else gathered
         if training.fp8_recipe in ("rowwise", "blockwise"):
             # Per-row or per-block scales along the reduction axis: the backward GEMMs reduce along the other
             # axis, so each input is scanned and cast again along it instead of reusing a transposed copy (torchao
             # float8 rowwise; Transformer Engine MXFP8, whose 32-element blocks run along K).
             cast = cast + C.FP8_ROWWISE_EXTRA_BYTES
         if training.fp8_recipe != "rowwise":
-            # Tensorwise and block scales let sequence parallelism cast each rank's shard before the all-gather
-            # (steptime._tp_comm); torchao's rowwise recipe gathers in 16 bits and casts the whole gathered input.
-            gathered = np.where(shard.sp, gathered / tp, gathered)
+            # Tensorwise and block scales let sequence parallelism cast each rank's shard once, before the all-gather
+            # (steptime._tp_comm; torchao's PrepareFloat8ModuleInput hands every linear the gathered FP8 input);
+            # torchao's rowwise recipe gathers in 16 bits and each linear casts the whole gathered input.
+            gathered = np.where(shard.sp, gathered / tp, per_linear)
+        else:
+            gathered = per_linear
         total = total + cast * (gathered + h / tp + f / tp)
     return total
 

@@ -144,7 +144,9 @@ HOST_COPY_EFFICIENCY = 0.8
 # 2.9: training.expandable_segments (PyTorch's expandable segments: no fragmentation allowance).
 # 2.10: MoE layers keep their top_k dispatched token copies (the experts' fc1 input) for the backward.
 # Also 2.10: training.fp8_weight_cache (Transformer Engine casts FP8 weights once per step under Megatron-Core).
-ENGINE_VERSION = "2.10"
+# 2.11: separate FP8 linears (wq, wk, wv; w1, w3) each cast the input they share, unless tensorwise sequence
+# parallelism cast it once before the gather.
+ENGINE_VERSION = "2.11"
 
 
 def as_dict() -> dict[str, float]:

@@ -202,6 +202,28 @@ def test_rowwise_fp8_casts_every_input_again_along_the_other_axis(catalog):
     assert rowwise - tensorwise == pytest.approx(C.FP8_ROWWISE_EXTRA_BYTES * (3 * h + f))
 
 
+def test_separate_fp8_linears_cast_their_shared_input_each_unless_sequence_parallelism_cast_it_once(catalog):
+    import numpy as np
+
+    from planner import constants as C
+    from planner.compute import Shard, elementwise_bytes
+    h = 4096
+    spec = lambda **t: parse_spec(llama_8b_fsdp(catalog, 8, precision="fp8", elementwise="fused", **t),  # noqa: E731
+                                  catalog)
+
+    def extra(recipe: str, tp: int, sp: bool) -> float:
+        shard = Shard(*(np.array([v]) for v in (tp, 1, 1, 1, sp)))
+        fused, separate = (elementwise_bytes(s.model, s.training, shard)[0]
+                           for s in (spec(fp8_recipe=recipe), spec(fp8_recipe=recipe, projections="separate")))
+        return separate - fused
+    # wq, wk, wv and w1, w3 each cast the h-wide input: 5 casts where one fused QKV and one fused gate/up GEMM cast 2.
+    assert extra("tensorwise", 1, False) == pytest.approx(C.FP8_CAST_BYTES_FUSED * 3 * h)
+    rowwise = C.FP8_CAST_BYTES_FUSED + C.FP8_ROWWISE_EXTRA_BYTES
+    assert extra("rowwise", 8, True) == pytest.approx(rowwise * 3 * h)
+    # Tensorwise sequence parallelism casts each rank's shard once, before the gather, for every linear.
+    assert extra("tensorwise", 8, True) == 0.0
+
+
 def test_zero2_reduce_scatters_every_micro_batch_and_zero1_once_a_step(catalog):
     def reductions(zero: int) -> float:
         doc = llama_8b_fsdp(catalog, 64)
