@@ -167,11 +167,11 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
     # outside Transformer Engine's FP8 autocast, and torchtitan's float8 converter filters the "output" module
     # (its llama3 job configs: filter_fqns = ["output"]).
     logits_f, logits_b = gemm_fwd_bwd(t, m.vocab / tp, h, gpu, False)
-    # Vocab-parallel cross-entropy in fp32 (Megatron): ~3 passes over the logits forward (max, exp-sum, loss),
-    # ~2.5 backward, 4 bytes each.
-    loss_bytes = t * m.vocab / tp * 4.0
-    logits_f = logits_f + 3.0 * loss_bytes / hbm_bytes_per_s(gpu)
-    logits_b = logits_b + 2.5 * loss_bytes / hbm_bytes_per_s(gpu)
+    # The loss streams the logits (training.cross_entropy): CROSS_ENTROPY_TRAFFIC bytes per logit each way.
+    logit_count = t * m.vocab / tp
+    loss_f, loss_b = C.CROSS_ENTROPY_TRAFFIC[training.cross_entropy]
+    logits_f = logits_f + loss_f * logit_count / hbm_bytes_per_s(gpu)
+    logits_b = logits_b + loss_b * logit_count / hbm_bytes_per_s(gpu)
     shape = np.shape(fwd)
     gemms = tuple(np.broadcast_to(g, shape).copy() for g in (qkv[0], proj[0], mlp_f - down_f, down_f))
     weight_cast = np.broadcast_to(cast if cached else 0.0, shape).copy()

@@ -83,6 +83,19 @@ FP8_ROWWISE_RESCALE_BYTES = 4.0
 # (pytorch/pytorch #147971, 2025-02). The low end of the bulk: 0.9.
 FP8_ROWWISE_GEMM_RELATIVE = 0.9
 
+# Cross-entropy over one micro-batch's logits, bytes per logit (training.cross_entropy).
+# fused: Megatron-Core's vocab-parallel cross-entropy on fp32 logits computes the softmax and its gradient in place:
+# about 3 passes forward (max, exp-sum, loss) and 2.5 backward of 4 bytes each, and one 4-byte copy held from the
+# forward into the backward (megatron/core/tensor_parallel/cross_entropy.py).
+# eager: PyTorch's F.cross_entropy on logits cast to fp32, uncompiled (torchtitan's loss: `cross_entropy(pred.float())`,
+# "compiling loss function causes CUDA errors, turning off for now" in its train.py of 2024-25; Hugging Face
+# transformers' ForCausalLMLoss upcasts the same way). Forward: the cast reads 2 and writes 4, log_softmax reads 4
+# twice and writes 4 (18). Backward: nll_loss's dense gradient writes 4, log_softmax's backward reads 8 and writes 4,
+# the cast back reads 4 and writes 2 (22). At the start of the backward the saved log-softmax, its incoming gradient
+# and the gradient it writes are held at once: 12 bytes.
+CROSS_ENTROPY_TRAFFIC = {"fused": (12.0, 10.0), "eager": (18.0, 22.0)}
+CROSS_ENTROPY_HELD_BYTES = {"fused": 4.0, "eager": 12.0}
+
 # Mixed-precision Adam step: reads fp32 master weight, momentum, variance and gradient (16 B), writes the first
 # three (12 B) and the 16-bit weight (2 B), and zeroes the gradient (4 B): 34 bytes of HBM traffic per
 # parameter (Rajbhandari et al. 2020, sec. 3.1 for the 16-byte state; traffic counted from the update rule).
@@ -146,6 +159,7 @@ HOST_COPY_EFFICIENCY = 0.8
 # Also 2.10: training.fp8_weight_cache (Transformer Engine casts FP8 weights once per step under Megatron-Core).
 # 2.11: separate FP8 linears (wq, wk, wv; w1, w3) each cast the input they share, unless tensorwise sequence
 # parallelism cast it once before the gather.
+# Also 2.11: training.cross_entropy (PyTorch's eager cross-entropy on fp32 logits holds 12 bytes a logit, not 4).
 ENGINE_VERSION = "2.11"
 
 

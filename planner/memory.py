@@ -226,12 +226,15 @@ def _activations(m: ModelSpec, training: TrainingSpec, lay: Layouts) -> np.ndarr
     # forward and one brought back ahead of its backward (Transformer Engine's double-buffered offload handler).
     k = offloaded_layers(training, n)
     first_stage = tokens * stored * ((n - k) * in_flight * interleave + np.minimum(k, 2))
+    last_stage = tokens * stored * (n - k + np.minimum(k, 2))
     # Full recomputation rebuilds one layer's activations at a time during the backward pass.
-    first_stage = first_stage + np.where(lay.full_share > 0, tokens * working, 0.0)
-    # The last stage keeps fp32 logits of one micro-batch for the loss (vocab-parallel cross-entropy).
-    logits = tokens * m.vocab / lay.tp * 4.0
-    last_stage = tokens * stored * (n - k + np.minimum(k, 2)) + logits
-    return np.where(lay.pp == 1, first_stage + logits, np.maximum(first_stage, last_stage))
+    rebuilt = np.where(lay.full_share > 0, tokens * working, 0.0)
+    # The last stage holds one micro-batch's logits for the loss: CROSS_ENTROPY_HELD_BYTES each (4 for Megatron's
+    # in-place fp32 cross-entropy, 12 for PyTorch's eager one at the start of the backward). They are freed once the
+    # output layer's backward has run, before the first layer is rebuilt: the two peaks do not coincide.
+    logits = tokens * m.vocab / lay.tp * C.CROSS_ENTROPY_HELD_BYTES[training.cross_entropy]
+    last_stage = last_stage + np.maximum(rebuilt, logits)
+    return np.where(lay.pp == 1, last_stage, np.maximum(first_stage + rebuilt, last_stage))
 
 
 def _comm_buffers(m: ModelSpec, lay: Layouts) -> np.ndarray:

@@ -220,6 +220,7 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
             "training": {"global_batch": _global_batch(row), "precision": rt.precision(row, gpu),
                          "attention": rt.attention_kernel(row, gpu), "tp_comm_overlap": rt.tp_overlap(row),
                          "elementwise": rt.elementwise(row), "projections": rt.projections(row),
+                         "cross_entropy": rt.cross_entropy(row),
                          "checkpoint_impl": "pytorch" if rt.native_stack(row) else "megatron",
                          "ep_comm_overlap": rt.ep_overlap(row),
                          "fp8_param_gather": rt.fp8_gather(row), "zero_granularity": rt.zero_granularity(row),

@@ -306,6 +306,14 @@ def projections(row: dict[str, Any]) -> str:
         else "fused"
 
 
+def cross_entropy(row: dict[str, Any]) -> str:
+    """Eager cross-entropy on fp32 logits for torchtitan-based runs (`cross_entropy(pred.flatten(0, 1).float(), ...)`
+    left uncompiled in its train.py of 2024-25) and Hugging Face models (transformers' ForCausalLMLoss upcasts the
+    logits); fused for the others (Megatron's vocab-parallel cross-entropy, llm-foundry's fused_crossentropy)."""
+    text = text_of(row, "id", "group", "precision", "notes", "model", "source")
+    return "eager" if any(w in text for w in ("torchtitan", "hugging face", "huggingface")) else "fused"
+
+
 def native_stack(row: dict[str, Any]) -> bool:
     """A PyTorch-native training stack (FSDP, torchtitan, llm-foundry, fms-fsdp, torchao; or a group named F_), as
     opposed to Megatron-style stacks with their own fused kernels and checkpointing."""

@@ -32,6 +32,7 @@ GRAD_REDUCE_DTYPES = ("fp32", "bf16")
 FP8_SAVED_INPUTS = ("fp8", "bf16")
 CHECKPOINT_IMPLS = ("megatron", "pytorch")
 PROJECTIONS = ("fused", "separate")
+CROSS_ENTROPY_IMPLS = ("fused", "eager")
 # Rank orders, innermost first. TP is always innermost (it must stay inside an NVLink domain); the two orders
 # that matter differ in whether DP or PP gets the nearer GPUs (the same leaf switch or rail group).
 RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
@@ -148,6 +149,12 @@ TRAINING_FIELDS = (
           help="How a layer's input projections run: fused (one GEMM for Q, K and V and one for the MLP's gate and "
                "up: Megatron-Core linear_qkv and linear_fc1, MPT's Wqkv) or separate (a GEMM each: torchtitan's wq, "
                "wk, wv and w1, w3, Hugging Face Llama), whose narrow K and V GEMMs run further from peak."),
+    Field("cross_entropy", str, "fused", choices=CROSS_ENTROPY_IMPLS,
+          help="How the loss runs over the logits: fused (Megatron-Core's vocab-parallel cross-entropy, fused loss "
+               "kernels, a compiled loss: the fp32 softmax and its gradient in place, 4 bytes a logit held into the "
+               "backward) or eager (PyTorch's F.cross_entropy on logits cast to fp32, as torchtitan runs it without "
+               "compiling the loss and Hugging Face models do: 12 bytes a logit at the start of the backward, which "
+               "at long sequences and 128K-token vocabularies is tens of GiB)."),
     Field("elementwise", str, "fused", choices=ELEMENTWISE_MODES,
           help="How norms, rotary embedding and activations run: fused kernels (Megatron, Transformer Engine, "
                "torch.compile) or eager PyTorch, one kernel per operation in fp32."),
@@ -311,6 +318,7 @@ class TrainingSpec:
     checkpoint_impl: str = "megatron"
     grad_reduce_dtype: str = "fp32"
     projections: str = "fused"
+    cross_entropy: str = "fused"
     fp8_saved_inputs: str = "fp8"
     pp_comm_overlap: bool = True
     activation_offload_layers: int = 0

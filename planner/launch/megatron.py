@@ -173,6 +173,9 @@ def _mechanisms(job: Job, arg, em: Emitter) -> None:
     if t.elementwise == "eager":
         em.note("elementwise eager: Megatron fuses norms, activations and rotary embedding, so it runs faster "
                 "than the plan assumed")
+    if t.cross_entropy == "eager":
+        em.note("cross_entropy eager: Megatron's vocab-parallel cross-entropy works in place, so the loss takes "
+                "less memory than the plan assumed")
     if t.projections == "separate":
         em.note("projections separate: Megatron-Core runs Q, K, V as one GEMM and gate+up as one, so the "
                 "projections run faster than the plan assumed")

@@ -77,6 +77,13 @@ def _training(job: Job, key, em: Emitter) -> None:
         key("training", "mixed_precision_reduce", "bfloat16" if t.grad_reduce_dtype == "bf16" else "float32")
     # torch.compile is what fuses torchtitan's norms, activations and rotary embedding.
     key("compile", "enable", t.elementwise == "fused")
+    # torchtitan compiles its loss (compile.components "loss") only when compile is on; uncompiled it is PyTorch's
+    # cross_entropy on fp32 logits, the plan's cross_entropy eager.
+    if t.elementwise == "fused":
+        key("compile", "components", ["model", "loss"] if t.cross_entropy == "fused" else ["model"])
+    elif t.cross_entropy == "fused":
+        em.note("cross_entropy fused: without torch.compile torchtitan's loss is PyTorch's cross_entropy on fp32 "
+                "logits, which holds 12 bytes a logit, more memory than the plan assumed")
     if t.tp_comm_overlap and job.tp > 1:
         key("parallelism", "enable_async_tensor_parallel", True)  # needs compile.enable
         if t.elementwise != "fused":

@@ -10,6 +10,7 @@ import pytest
 
 from planner.holdout import is_holdout
 from planner.published import compare, error_table, gpu_name, load_rows, row_to_spec_doc
+from planner import runtext as rt
 from planner.runtext import recompute_mode as _recompute, zero_stage as _zero
 
 from .conftest import DATA
@@ -22,7 +23,7 @@ WORST_FLOOR = 0.31  # 30.6%: llm-foundry's 70B on 64 A100-40GB, 29.2% before its
 GROUP_MEDIAN_FLOORS = {  # median |error| per group, measured + ~0.5 point
     "F_llmfoundry_benchmarks": 0.047, "F_fms_fsdp_ibm": 0.062, "F_torchtitan_h100_202412": 0.04,
     "F_torchtitan_perfdoc_2024": 0.035, "F_torchtitan_asynctp_h100_202506": 0.073, "F_torchao_float8_h100": 0.04,
-    "F_pytorch_blog_float8_fsdp2": 0.07, "M_megatron_moe_recipes": 0.078, "M_nemotron4_15b": 0.05,
+    "F_pytorch_blog_float8_fsdp2": 0.085, "M_megatron_moe_recipes": 0.078, "M_nemotron4_15b": 0.05,
     "M_zero_bubble_pp": 0.052,
 }
 
@@ -121,6 +122,18 @@ def test_torchtitan_rows_run_separate_projections(catalog):
                      ("llmf_h100bf16_7b_s2048_g8_gb48", "fused"),
                      ("mcore_moe_qwen3_30b_h100_bf16_32gpu_tp1pp1ep8", "fused")):
         assert row_to_spec_doc(by_id[run], catalog)["training"]["projections"] == how, run
+
+
+def test_torchtitan_rows_run_the_eager_loss_on_fp32_logits(catalog):
+    """torchtitan's loss is F.cross_entropy(pred.float()), left uncompiled in its 2024-25 train.py; llm-foundry's
+    fused_crossentropy and Megatron's vocab-parallel cross-entropy work in place."""
+    by_id = {r["id"]: r for r in ROWS}
+    for run, how in (("tt24_t2_8b_g8_fsdp8_cp1_s32768", "eager"), ("f8blog24_70b_g512_bf16", "eager"),
+                     ("llmf_h100bf16_7b_s2048_g8_gb48", "fused"),
+                     ("mcore_moe_qwen3_30b_h100_bf16_32gpu_tp1pp1ep8", "fused"), ("zb_1p5b_1f1b_m24", "fused")):
+        assert row_to_spec_doc(by_id[run], catalog)["training"]["cross_entropy"] == how, run
+    hf = {"id": "x", "notes": "Hugging Face Trainer, Llama 3 8B"}
+    assert rt.cross_entropy(hf) == "eager"
 
 
 def test_fp8_rows_keep_the_inputs_their_stack_keeps(catalog):

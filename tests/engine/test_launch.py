@@ -391,6 +391,15 @@ def test_the_costed_stack_behaviours_reach_megatron_and_torchtitan():
     spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1}, {"attention": "cudnn"})
     assert megatron_args(launch_config(spec, entry, "megatron").text)["--attention-backend"] == "fused"
     assert "cuDNN attention on B200 and later only" in " ".join(launch_config(spec, entry, "torchtitan").notes)
+    # The loss: torchtitan compiles it with the model or not at all; Megatron's is always the fused one.
+    for elementwise, loss, components, titan_note, megatron_note in (
+            ("fused", "fused", ["model", "loss"], False, False), ("fused", "eager", ["model"], False, True),
+            ("eager", "fused", None, True, False), ("eager", "eager", None, False, True)):
+        spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1}, {"elementwise": elementwise, "cross_entropy": loss})
+        titan = launch_config(spec, entry, "torchtitan")
+        assert tomllib.loads(titan.text)["compile"].get("components") == components
+        assert ("cross_entropy fused" in " ".join(titan.notes)) == titan_note
+        assert ("cross_entropy eager" in " ".join(launch_config(spec, entry, "megatron").notes)) == megatron_note
     # What FP8 linears keep for the backward is the stack's own: Transformer Engine 1-byte inputs, torchao 16-bit.
     for kept, megatron_note, titan_note in (("fp8", False, True), ("bf16", True, False)):
         spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1}, {"precision": "fp8", "fp8_saved_inputs": kept})
