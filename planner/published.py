@@ -216,7 +216,7 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
     node, fabric = _network(row, catalog, gpu)
     notes = (row.get("notes") or "").lower()
     model = _model_doc(row, catalog, gated)
-    return {"model": model,
+    return _pipelined_fsdp(row, {"model": model,
             "training": {"global_batch": _global_batch(row), "precision": rt.precision(row, gpu),
                          "attention": rt.attention_kernel(row, gpu), "tp_comm_overlap": rt.tp_overlap(row),
                          "elementwise": rt.elementwise(row), "projections": rt.projections(row),
@@ -236,7 +236,22 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
                          "expandable_segments": rt.expandable_segments(row),
                          "ep_dispatch": "dedup" if any(w in notes for w in ("deepep", "hybridep")) else "all_to_all"},
             "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},
-            "layout": _layout_doc(row, model, catalog)}
+            "layout": _layout_doc(row, model, catalog)})
+
+
+def _pipelined_fsdp(row: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
+    """PyTorch FSDP2 under PyTorch's pipeline schedules holds what ZeRO-1 holds: the schedule turns off resharding
+    and gradient reduction for every micro-batch's backward but the last (torch.distributed.pipelining.stage,
+    backward_maybe_with_nosync: set_reshard_after_backward(False), set_requires_gradient_sync(False)), and
+    torchtitan keeps the gathered weights after the forward under PP (reshard_after_forward=False, "to avoid
+    per-microbatch all-gathers"). So a stage's 16-bit weights stay gathered and its gradients accumulate unsharded
+    for the whole step, gathered once and reduce-scattered once; the reduce-scatter runs after the last
+    micro-batch's backward has finished (the schedule calls FSDP's post-backward by hand), not behind it."""
+    layout = doc["layout"]
+    if rt.native_stack(row) and layout.get("zero") == 3 and (layout.get("pp") or 1) > 1:
+        layout["zero"] = 1
+        doc["training"]["overlap_grad_reduce"] = False
+    return doc
 
 
 def _check_numbers(row: dict[str, Any]) -> None:
