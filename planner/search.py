@@ -47,6 +47,15 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
+# No stack runs ZeRO-2 or -3 across pipeline stages: DeepSpeed's pipeline engine refuses them ("ZeRO-2 and ZeRO-3 are
+# incompatible with pipeline parallelism", deepspeed/runtime/pipe/engine.py), Megatron's FSDP path excludes PP, and
+# PyTorch's pipeline schedules keep FSDP's weights gathered and its gradients whole for the step
+# (torch.distributed.pipelining.stage.backward_maybe_with_nosync), which is ZeRO-1's memory and traffic.
+ZERO_WITH_PIPELINE = ("ZeRO-2/3 with PP > 1: no stack shards gradients or weights across pipeline micro-batches "
+                      "(DeepSpeed refuses it; PyTorch FSDP under a pipeline schedule holds what ZeRO-1 holds): plan "
+                      "ZeRO-1 with PP, or ZeRO-3 without PP")
+
+
 def _pinned(options: list, pin) -> list:
     return options if pin is None else [pin]
 
@@ -210,10 +219,15 @@ def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejecti
     pin = spec.layout
     orders = [RANK_ORDERS.index(o) for o in _pinned(list(RANK_ORDERS) if pp > 1 and dp > 1 else [RANK_ORDERS[0]],
                                                      pin.rank_order)]
+    zeros = _pinned([0, 1, 2, 3] if dp * cp > 1 else [0], pin.zero)
+    sharded_under_pp = [z for z in zeros if z >= 2] if pp > 1 else []
     axes = (ep_options(spec, tp * cp, dp), micro_batch_options(spec, dp), vpp_options(spec, pp),
             [RECOMPUTE_CODES[rc] for rc in _pinned(recompute_options(spec), pin.recompute)],
             _pinned([False, True] if tp > 1 else [False], pin.sequence_parallel),
-            _pinned([0, 1, 2, 3] if dp * cp > 1 else [0], pin.zero))
+            [z for z in zeros if z not in sharded_under_pp])
+    if sharded_under_pp:
+        rejected.add("zero_with_pipeline", ZERO_WITH_PIPELINE,
+                     math.prod(len(a) for a in axes[:5]) * len(sharded_under_pp) * len(orders))
     if math.prod(len(a) for a in axes) * len(orders) > MAX_CANDIDATES:
         axes = (axes[0], axes[1][:8], *axes[2:])  # bound the work; micro-batches beyond 8 options add nothing
     shape = tuple(len(a) for a in axes)

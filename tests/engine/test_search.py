@@ -90,6 +90,21 @@ def test_a_fully_pinned_infeasible_layout_is_an_empty_answer_with_the_reason(cat
     assert answer["rejected"] == {"tp_crosses_nvlink_domain": 1}
 
 
+def test_zero_2_and_3_are_never_planned_across_pipeline_stages(catalog, gpt3_answer):
+    """No stack shards weights or gradients across pipeline micro-batches: a pinned ZeRO-3 with PP 8 is one rejection
+    with the reason; the search counts the ones it leaves out and never ranks one."""
+    doc = example("gpt3-175b-a100-1024")
+    doc["layout"] = {"tp": 8, "pp": 8, "dp": 16, "cp": 1, "micro_batch": 1, "vpp": 1, "recompute": "full",
+                     "sequence_parallel": True, "zero": 3, "rank_order": "tp-cp-dp-pp"}
+    answer = plan(parse_spec(doc, catalog))
+    assert answer["plans"] == [] and answer["rejected"] == {"zero_with_pipeline": 1}
+    assert "plan ZeRO-1 with PP, or ZeRO-3 without PP" in answer["rejected_examples"]["zero_with_pipeline"]
+    assert gpt3_answer["rejected"]["zero_with_pipeline"] > 0
+    assert all(p["layout"]["zero"] <= 1 for p in gpt3_answer["plans"] if p["layout"]["pp"] > 1)
+    doc["layout"]["pp"], doc["layout"]["dp"] = 1, 128  # ZeRO-3 without a pipeline is planned as asked
+    assert plan(parse_spec(doc, catalog))["rejected"].get("zero_with_pipeline") is None
+
+
 def test_a_pinned_layout_that_does_not_fit_says_how_much_it_needs(catalog):
     doc = example("gpt3-175b-a100-1024")
     doc["layout"] = {"tp": 1, "pp": 1, "dp": 1024, "cp": 1, "zero": 1}
