@@ -317,6 +317,7 @@ class Comparison:
     predicted_s: float | None    # None: the engine found the published layout infeasible
     layout: str
     why: str = ""
+    memory_gib: float | None = None  # the predicted peak memory per GPU of the published layout
 
     @property
     def error(self) -> float | None:
@@ -361,7 +362,8 @@ def compare(rows: list[dict[str, Any]], catalog: Catalog | None = None,
                 answer, label = relaxed, WITHOUT_MARGIN
         if answer["plans"]:
             best = answer["plans"][0]
-            out.append(Comparison(row["id"], measured, best["step_time_s"], best["label"] + label))
+            out.append(Comparison(row["id"], measured, best["step_time_s"], best["label"] + label,
+                                  memory_gib=best["memory_gib"]["total"]))
         else:
             why = "; ".join(answer["rejected_examples"].values())
             out.append(Comparison(row["id"], measured, None, "", why))

@@ -306,6 +306,19 @@ def projections(row: dict[str, Any]) -> str:
         else "fused"
 
 
+PEAK_MEMORY = re.compile(r"peak memory\s*(?:of\s*|=\s*|:\s*)?(\d+(?:\.\d+)?)\s*(gib|gb)\b")
+
+
+def stated_peak_memory_gib(row: dict[str, Any]) -> float | None:
+    """The peak memory per GPU the row states, in GiB ("Peak memory 83.9 GiB (doc)", "peak memory 30 GB"); a GB
+    figure is converted (1e9 bytes). None when the row states none."""
+    found = PEAK_MEMORY.search(text_of(row, "notes", "memory"))
+    if not found:
+        return None
+    value = float(found.group(1))
+    return value if found.group(2) == "gib" else value * 1e9 / 2**30
+
+
 def cross_entropy(row: dict[str, Any]) -> str:
     """Eager cross-entropy on fp32 logits for torchtitan-based runs (`cross_entropy(pred.flatten(0, 1).float(), ...)`
     left uncompiled in its train.py of 2024-25) and Hugging Face models (transformers' ForCausalLMLoss upcasts the

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, TextIO
 
 from . import accuracy, collectives
+from . import runtext as rt
 from . import constants as C
 from .catalog import FIXTURES_DIR, Catalog, load_catalog
 from .errors import SpecError
@@ -130,13 +131,17 @@ def row_entry(row: dict[str, Any], file: str, catalog: Catalog,
     c = found[0] if found else None
     measured = c.measured_s if c is not None and math.isfinite(c.measured_s) else None
     why = "the row states no step time or throughput" if c is None else c.why
+    stated = rt.stated_peak_memory_gib(row)
+    memory = c.memory_gib if c is not None else None
     return {"id": run_id, "group": str(row.get("group") or Path(file).stem), "file": file,
             "generation": gen or "other", "precision": accuracy.precision(row.get("precision"), gen),
             "gpus": row.get("gpus"), "measured_s": _r(measured),
             "predicted_s": _r(c.predicted_s) if c is not None and c.predicted_s is not None else None,
             "err": _r(c.error) if c is not None and c.error is not None and measured else None,
             "layout": c.layout if c is not None else "", "why": why, "holdout": is_holdout(run_id),
-            "states_throughput": states_throughput(row)}
+            "states_throughput": states_throughput(row),
+            "memory_gib": _r(memory), "stated_memory_gib": _r(stated),
+            "memory_err": _r(memory / stated - 1.0) if memory is not None and stated else None}
 
 
 THROUGHPUT_KEYS = ("step_time_s", "tokens_per_sec_per_gpu", "mfu_percent", "tflops_per_gpu")
@@ -179,7 +184,8 @@ def _best_unpinned(doc: dict[str, Any], catalog: Catalog) -> tuple[float | None,
 def figures(entries: list[dict[str, Any]], search: bool = False) -> dict[str, Any]:
     """rows; measured (rows that state a step time or throughput); modelled (predicted); median and max |err|;
     within_10pct (fraction of the modelled rows with |err| <= 10%); median_err (signed: < 0 means the model is
-    too fast on the median); too_fast (rows predicted faster than measured); median_search_gain with search."""
+    too fast on the median); too_fast (rows predicted faster than measured); memory_rows, memory_median_abs_err and
+    memory_median_err (peak memory per GPU against the rows that state it); median_search_gain with search."""
     errs = [e["err"] for e in entries if e["err"] is not None]
     abs_errs = [abs(x) for x in errs]
     out: dict[str, Any] = {
@@ -192,6 +198,13 @@ def figures(entries: list[dict[str, Any]], search: bool = False) -> dict[str, An
         "median_err": _r(statistics.median(errs)) if errs else None,
         "too_fast": sum(x < 0 for x in errs),
     }
+    # Peak memory per GPU against what the rows state (most state none): memory_err = predicted / stated - 1.
+    # A stated peak is usually the caching allocator's reserved memory, which the prediction's fragmentation
+    # allowance stands for.
+    mem = [e["memory_err"] for e in entries if e.get("memory_err") is not None]
+    out["memory_rows"] = len(mem)
+    out["memory_median_abs_err"] = _r(statistics.median(abs(x) for x in mem)) if mem else None
+    out["memory_median_err"] = _r(statistics.median(mem)) if mem else None
     if search:
         gains = [e["search_gain"] for e in entries if e.get("search_gain") is not None]
         out["searched"] = len(gains)
@@ -316,6 +329,9 @@ def print_validation(result: dict[str, Any], out: TextIO) -> None:
         if search:
             out.write(f"; median search gain {_pct(f.get('median_search_gain'))}")
         out.write("\n")
+        if f.get("memory_rows"):
+            out.write(f"  peak memory per GPU against the {f['memory_rows']} runs that state it: median |error| "
+                      f"{_pct(f['memory_median_abs_err'])}, median {_pct(f['memory_median_err'], signed=True)}\n")
     out.write(f"engine {result['engine']['version']} ({result['engine']['fingerprint']})\n")
 
 

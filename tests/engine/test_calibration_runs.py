@@ -154,6 +154,26 @@ def test_pytorch_fsdp_under_a_pipeline_holds_what_zero1_holds(catalog):
     assert "overlap_grad_reduce" not in zb["training"]
 
 
+@pytest.mark.parametrize("notes, gib", [
+    ("Peak memory 83.9 GiB (doc).", 83.9), ("11.8 samples per GPU per second (peak memory 30 GB).", 30e9 / 2**30),
+    ("peak memory: 47.65 GB", 47.65e9 / 2**30), ("Memory(GiB) column = max across GPUs of logged peak memory.", None),
+    ("", None)])
+def test_the_stated_peak_memory_is_read_in_gib(notes, gib):
+    value = rt.stated_peak_memory_gib({"notes": notes})
+    assert value == (pytest.approx(gib) if gib is not None else None)
+
+
+def test_validate_compares_the_peak_memory_a_run_states():
+    from planner.validation import validate
+    result = validate([DATA / "calibration_runs.json"])
+    row = next(r for r in result["rows"] if r["id"] == "tt24_t1_8b_g8_fsdp")
+    assert row["stated_memory_gib"] == 82.4
+    assert row["memory_err"] == pytest.approx(row["memory_gib"] / 82.4 - 1, abs=1e-4)
+    assert result["summary"]["memory_rows"] == sum(r["memory_err"] is not None for r in result["rows"]) >= 40
+    llmf = next(r for r in result["rows"] if r["group"] == "F_llmfoundry_benchmarks")
+    assert llmf["stated_memory_gib"] is None and llmf["memory_err"] is None
+
+
 def test_fp8_rows_keep_the_inputs_their_stack_keeps(catalog):
     """torchao float8 (torchtitan, the PyTorch blog) keeps 16-bit linear inputs; Transformer Engine stacks FP8."""
     by_id = {r["id"]: r for r in ROWS}

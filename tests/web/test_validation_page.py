@@ -42,6 +42,13 @@ def test_the_validation_page_shows_the_figures_charts_and_constants(client):
     assert page.count("<th>Median error</th>") == 3
     figures = figures_of(page)
     assert figures["scatter"]["layout"]["xaxis"]["type"] == "log"
+    # Peak memory against the runs that state theirs: the summary line and a row's stated / predicted pair.
+    summary = snapshot["summary"]
+    assert summary["memory_rows"] > 0
+    assert f"against the {summary['memory_rows']} runs that" in page
+    assert f"{summary['memory_median_err'] * 100:+.1f}%" in page
+    row = next(r for r in snapshot["rows"] if r["id"] == "tt24_t1_8b_g8_fsdp")
+    assert f"{row['stated_memory_gib']:.1f} / {row['memory_gib']:.1f} GiB" in page
 
 
 def test_the_scatter_has_every_modelled_run_the_diagonal_and_the_band():
