@@ -319,12 +319,39 @@ def stated_peak_memory_gib(row: dict[str, Any]) -> float | None:
     return value if found.group(2) == "gib" else value * 1e9 / 2**30
 
 
+# When torchtitan compiled its loss with the model (torch.compile on): from e10cb9494 (2024-10-22, "compile it if
+# compiling") until e8977b007 (2024-12-18, "turning off compile on loss function"), and again from bbb1b616e
+# (2025-04-02, #1033: "enable compiling the loss function ... reduction of memory"). Dates are ISO strings.
+TORCHTITAN_LOSS_COMPILED = (("2024-10-22", "2024-12-18"), ("2025-04-02", "9999-12-31"))
+RUN_DATE = re.compile(r"\b(20\d\d)[-/](\d\d)[-/](\d\d)\b")
+
+
+def run_date(row: dict[str, Any]) -> str | None:
+    """The date of the software a row ran (ISO), read from its notes: the one beside torchtitan's name, else the
+    first date given ("torch 38410cf9 (2025/06/14)"); None when the row gives none."""
+    text = text_of(row, "notes")
+    found = TORCHTITAN_DATED.search(text) or RUN_DATE.search(text)
+    if found is None:
+        return None
+    if found.re is TORCHTITAN_DATED:
+        return found.group(1)
+    return "-".join(found.groups())
+
+
 def cross_entropy(row: dict[str, Any]) -> str:
-    """Eager cross-entropy on fp32 logits for torchtitan-based runs (`cross_entropy(pred.flatten(0, 1).float(), ...)`
-    left uncompiled in its train.py of 2024-25) and Hugging Face models (transformers' ForCausalLMLoss upcasts the
-    logits); fused for the others (Megatron's vocab-parallel cross-entropy, llm-foundry's fused_crossentropy)."""
+    """How the row's loss ran. Hugging Face models upcast the logits and call PyTorch's cross-entropy (transformers'
+    ForCausalLMLoss): eager. torchtitan runs `cross_entropy(pred.flatten(0, 1).float(), ...)`, compiled with the
+    model only in the versions of TORCHTITAN_LOSS_COMPILED: eager without torch.compile, or at a date outside them,
+    or undated. Fused for the others (Megatron's vocab-parallel cross-entropy, llm-foundry's fused_crossentropy)."""
     text = text_of(row, "id", "group", "precision", "notes", "model", "source")
-    return "eager" if any(w in text for w in ("torchtitan", "hugging face", "huggingface")) else "fused"
+    if any(w in text for w in ("hugging face", "huggingface")):
+        return "eager"
+    if "torchtitan" not in text:
+        return "fused"
+    date = run_date(row)
+    compiled = elementwise(row) == "fused" and date is not None and any(
+        start <= date < end for start, end in TORCHTITAN_LOSS_COMPILED)
+    return "fused" if compiled else "eager"
 
 
 def native_stack(row: dict[str, Any]) -> bool:

@@ -124,16 +124,23 @@ def test_torchtitan_rows_run_separate_projections(catalog):
         assert row_to_spec_doc(by_id[run], catalog)["training"]["projections"] == how, run
 
 
-def test_torchtitan_rows_run_the_eager_loss_on_fp32_logits(catalog):
-    """torchtitan's loss is F.cross_entropy(pred.float()), left uncompiled in its 2024-25 train.py; llm-foundry's
-    fused_crossentropy and Megatron's vocab-parallel cross-entropy work in place."""
+def test_torchtitan_rows_run_the_loss_of_their_version(catalog):
+    """torchtitan's loss is F.cross_entropy(pred.float()), compiled with the model only from 2024-10-22 to 2024-12-18
+    and from 2025-04-02 (eager in its 2024-12-26 benchmarks, compiled in the June 2025 async-TP ones);
+    llm-foundry's fused_crossentropy and Megatron's vocab-parallel cross-entropy work in place."""
     by_id = {r["id"]: r for r in ROWS}
     for run, how in (("tt24_t2_8b_g8_fsdp8_cp1_s32768", "eager"), ("f8blog24_70b_g512_bf16", "eager"),
+                     ("ttatp25_8b_g64_bf16_vanillaTP", "fused"),
                      ("llmf_h100bf16_7b_s2048_g8_gb48", "fused"),
                      ("mcore_moe_qwen3_30b_h100_bf16_32gpu_tp1pp1ep8", "fused"), ("zb_1p5b_1f1b_m24", "fused")):
         assert row_to_spec_doc(by_id[run], catalog)["training"]["cross_entropy"] == how, run
     hf = {"id": "x", "notes": "Hugging Face Trainer, Llama 3 8B"}
     assert rt.cross_entropy(hf) == "eager"
+    titan = {"id": "t", "group": "F_x", "notes": "torchtitan abc (2024-11-05), torch.compile on"}
+    assert rt.run_date(titan) == "2024-11-05" and rt.cross_entropy(titan) == "fused"
+    assert rt.cross_entropy({**titan, "notes": "torchtitan abc (2024-11-05), compile: false"}) == "eager"
+    assert rt.cross_entropy({**titan, "notes": "torchtitan, torch.compile, torch 1a2b (2025/03/01)"}) == "eager"
+    assert rt.cross_entropy({**titan, "notes": "torchtitan, torch.compile"}) == "eager"  # undated
 
 
 def test_pytorch_fsdp_under_a_pipeline_holds_what_zero1_holds(catalog):
