@@ -225,11 +225,11 @@ def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejecti
             [RECOMPUTE_CODES[rc] for rc in _pinned(recompute_options(spec), pin.recompute)],
             _pinned([False, True] if tp > 1 else [False], pin.sequence_parallel),
             [z for z in zeros if z not in sharded_under_pp])
-    if sharded_under_pp:
-        rejected.add("zero_with_pipeline", ZERO_WITH_PIPELINE,
-                     math.prod(len(a) for a in axes[:5]) * len(sharded_under_pp) * len(orders))
     if math.prod(len(a) for a in axes) * len(orders) > MAX_CANDIDATES:
         axes = (axes[0], axes[1][:8], *axes[2:])  # bound the work; micro-batches beyond 8 options add nothing
+    if sharded_under_pp:  # counted over the same (bounded) axes as the layouts kept
+        rejected.add("zero_with_pipeline", ZERO_WITH_PIPELINE,
+                     math.prod(len(a) for a in axes[:5]) * len(sharded_under_pp) * len(orders))
     shape = tuple(len(a) for a in axes)
     failed, verdict = _inner_verdicts(spec, tp, pp, dp, axes[0], axes[1], axes[2], axes[4])
     verdict = np.broadcast_to(verdict.reshape(shape[0], shape[1], shape[2], 1, shape[4], 1), shape).reshape(-1)
