@@ -389,7 +389,14 @@ def attention_kernel(row: dict[str, Any], gpu: str) -> str:
     te_stack = TE_STACKS.search(text)
     if not pre_hopper and ("cudnn" in text or (te_stack and not any(w in text for w in NAMED_FLASH))):
         return "cudnn"
-    if te_stack or any(w in text for w in ("flash", "triton", "sdpa", "cudnn", "zero bubble")):
+    if "zero bubble" in text:
+        # The Zero Bubble paper's runs (2023): its Megatron-LM fork's launch script of the paper's date
+        # (sail-sg/zero-bubble-pipeline-parallelism 425b42e5, 2023-11-17, examples/pretrain_zero_bubble.sh: seq-length
+        # 1024, fp16) does not pass --use-flash-attn, so Megatron's unfused softmax ran; the script gained the flag in
+        # 2024. The paper's memory agrees: doubling the micro-batch from 6 to 12 adds 27 GB (Table 8), 91 bytes per
+        # token and layer per unit of hidden size, Korthikanti et al.'s 34 + 5as/h = 87 without flash attention.
+        return "unfused"
+    if te_stack or any(w in text for w in ("flash", "triton", "sdpa", "cudnn")):
         return "flash"  # Transformer Engine runs FlashAttention before Hopper
     pre_flash = pre_hopper and not str(row.get("group") or "").startswith(("F_", "M_"))
     return "unfused" if pre_flash else "flash"

@@ -181,6 +181,23 @@ def test_validate_compares_the_peak_memory_a_run_states():
     assert llmf["stated_memory_gib"] is None and llmf["memory_err"] is None
 
 
+def test_zero_bubble_runs_ran_megatrons_unfused_attention(catalog):
+    """The Zero Bubble paper's script of its date passes no --use-flash-attn (sail-sg 425b42e5, 2023-11-17). Its Table 8
+    measures 1F1B on the 1.5B model at micro-batch 12 with 57 GB against Table 4's 30 GB at 6: the 27 GB that six more
+    sequences add is the unfused attention's activations (flash attention's would be 12)."""
+    from planner import parse_spec
+    from planner.report import plan
+    row = next(r for r in ROWS if r["id"] == "zb_1p5b_1f1b_m24")
+    doc = row_to_spec_doc(row, catalog)
+    assert doc["training"]["attention"] == "unfused"
+
+    def activations_gb(micro_batch: int) -> float:
+        pinned = {**doc, "layout": {**doc["layout"], "micro_batch": micro_batch}}
+        pinned["training"] = {**doc["training"], "global_batch": 24 * micro_batch}
+        return plan(parse_spec(pinned, catalog), top=1)["plans"][0]["memory_gib"]["activations"] * 2**30 / 1e9
+    assert activations_gb(12) - activations_gb(6) == pytest.approx(57 - 30, rel=0.15)
+
+
 def test_fp8_rows_keep_the_inputs_their_stack_keeps(catalog):
     """torchao float8 (torchtitan, the PyTorch blog) keeps 16-bit linear inputs; Transformer Engine stacks FP8."""
     by_id = {r["id"]: r for r in ROWS}
