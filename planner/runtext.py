@@ -330,12 +330,10 @@ def run_date(row: dict[str, Any]) -> str | None:
     """The date of the software a row ran (ISO), read from its notes: the one beside torchtitan's name, else the
     first date given ("torch 38410cf9 (2025/06/14)"); None when the row gives none."""
     text = text_of(row, "notes")
-    found = TORCHTITAN_DATED.search(text) or RUN_DATE.search(text)
-    if found is None:
-        return None
-    if found.re is TORCHTITAN_DATED:
-        return found.group(1)
-    return "-".join(found.groups())
+    if dated := TORCHTITAN_DATED.search(text):
+        return dated.group(1)
+    found = RUN_DATE.search(text)
+    return "-".join(found.groups()) if found else None
 
 
 def cross_entropy(row: dict[str, Any]) -> str:

@@ -199,8 +199,8 @@ def figures(entries: list[dict[str, Any]], search: bool = False) -> dict[str, An
         "too_fast": sum(x < 0 for x in errs),
     }
     # Peak memory per GPU against what the rows state (most state none): memory_err = predicted / stated - 1.
-    # A stated peak is usually the caching allocator's reserved memory, which the prediction's fragmentation
-    # allowance stands for.
+    # Sources state different quantities: a reserved peak (torchtitan's log), which the prediction's fragmentation
+    # allowance and runtime reserve stand for, or allocated memory (Zero Bubble's tables), which leaves them out.
     mem = [e["memory_err"] for e in entries if e.get("memory_err") is not None]
     out["memory_rows"] = len(mem)
     out["memory_median_abs_err"] = _r(statistics.median(abs(x) for x in mem)) if mem else None

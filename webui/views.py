@@ -59,6 +59,9 @@ def plan_retry(request: HttpRequest, code: str) -> HttpResponse:
 def validation(request: HttpRequest) -> HttpResponse:
     context = services.validation_read()
     context["figures"] = validation_charts.validation_figures(context["validation"])
+    # The groups whose runs state a peak memory, for the memory line (most state none).
+    groups = (context["validation"] or {}).get("groups", {})
+    context["memory_groups"] = [(name, f) for name, f in groups.items() if f.get("memory_rows")]
     return render(request, "webui/validation.html", context)
 
 
