@@ -77,6 +77,9 @@ def block_level(row: dict[str, Any]) -> bool:
     return any(word in text for word in ("block-level", "per-layer", "every k-th"))
 
 
+TORCHTITAN_SELECTIVE_AC_EVERY = 2
+
+
 def recompute_fraction(row: dict[str, Any], model_flops: float, layer_forward_flops: float) -> float | None:
     """The fraction of layers a block-level row recomputes: stated as "every k-th" with k given, else from its
     published hardware and model FLOPs utilisation, HFU / MFU = (3 F + f L) / 3 F with F the forward FLOPs of a
@@ -87,6 +90,11 @@ def recompute_fraction(row: dict[str, Any], model_flops: float, layer_forward_fl
     every = re.search(r"every (\d+)(?:st|nd|rd|th)? (?:block|layer)", (row.get("recompute") or "").lower())
     if every:
         return 1.0 / int(every.group(1))
+    if "torchtitan" in text_of(row, "id", "group", "notes", "source"):
+        # torchtitan's per-layer selective AC checkpoints every selective_ac_option-th block; a run that does not
+        # say ran its default, "2  # 2 = checkpoint every other layer" (torchtitan/config_manager.py, 1ea476e9
+        # 2024-04 through 9dec370 2024-12; its train_configs override only the op/layer choice).
+        return 1.0 / TORCHTITAN_SELECTIVE_AC_EVERY
     hfu, mfu = row.get("hfu_percent"), row.get("mfu_percent")
     if not (hfu and mfu and hfu > mfu):
         return None

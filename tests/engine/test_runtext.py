@@ -95,6 +95,17 @@ def test_block_level_checkpointing_recomputes_the_share_its_flops_show():
     assert rt.recompute_fraction({"recompute": "full"}, 3, 1) is None
 
 
+def test_torchtitans_per_layer_checkpointing_defaults_to_every_other_layer():
+    """torchtitan's selective_ac_option defaults to "2" (checkpoint every other layer); its 2024 performance doc
+    names only "selective layer". Another stack's unstated k stays unknown."""
+    row = {"recompute": "selective, per-layer (checkpoint every k-th block; k not stated in doc)",
+           "source": {"title": "pytorch/torchtitan docs/performance.md"}, "mfu_percent": 56.8}
+    assert rt.recompute_fraction(row, 3, 1) == 0.5
+    assert rt.recompute_fraction({**row, "recompute": "selective, per-layer (checkpoint every 4th block)"}, 3, 1) \
+        == 0.25
+    assert rt.recompute_fraction({**row, "source": {"title": "fms-fsdp"}}, 3, 1) is None
+
+
 @pytest.mark.parametrize("notes, overlap", [
     ("features 'DeepEP; EP overlap'. Recipe YAML: overlap_moe_expert_parallel_comm True", True),
     ("features 'BF16 baseline'. Recipe YAML: overlap_moe_expert_parallel_comm False, delay_wgrad_compute False", False),
