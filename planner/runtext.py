@@ -28,6 +28,30 @@ def text_of(row: dict[str, Any], *keys: str) -> str:
     return " ".join(str(row.get(k) or "") for k in keys).lower()
 
 
+# A mention that says the thing was not used: "no FSDP", "without FSDP", "non-FSDP" before it; "FSDP 0", "FSDP=0",
+# "FSDP: off", "FSDP n/a", "FSDP disabled" after it (tables that list every parallelism with its size).
+NEGATED_BEFORE = re.compile(r"\b(no|without|not|non)[- ]?$")
+NEGATED_AFTER = re.compile(r"\s*[:=]?\s*(0|off|false|no|none|n/a|disabled|not used)(?![\w.])")
+
+
+def affirmed(word: str, text: str) -> bool:
+    """Whether the text names `word` (a regex) as used: some mention of it that no negation qualifies."""
+    for m in re.finditer(word, text):
+        if NEGATED_BEFORE.search(text[max(0, m.start() - 12):m.start()]):
+            continue
+        if NEGATED_AFTER.match(text, m.end()):
+            continue
+        return True
+    return False
+
+
+def megatron_stack(row: dict[str, Any]) -> bool:
+    """A Megatron-family stack (Megatron-LM / -Core / -Bridge, NeMo, Transformer Engine models), named anywhere in
+    the row, its group or its source."""
+    text = text_of(row, "id", "group", "precision", "notes", "optimizer_sharding", "model", "source")
+    return "megatron" in text or TE_STACKS.search(text) is not None
+
+
 def stated_off(switch: str, text: str) -> bool:
     """Whether the text sets the switch (a regex) off: "tp_comm_overlap: False", "activation_checkpointing=off",
     "overlap_moe_expert_parallel_comm false", "... disabled", "... no", "... 0"."""
@@ -117,7 +141,7 @@ def zero_stage(sharding: Any) -> int:
     stage = r"(zero[-_ ]?(stage)?|stage)[\"']?\s*[-:=]?\s*"
     if re.search(rf"shard_grad_op|{stage}2\b|optim_grads\b", text):
         return 2
-    if re.search(rf"{stage}3\b|zero\+\+|full(y)?[_ ]shard|fsdp|hsdp|hybrid[_ ]shard", text):
+    if re.search(rf"{stage}3\b|zero\+\+|full(y)?[_ ]shard|hybrid[_ ]shard", text) or affirmed(r"fsdp|hsdp", text):
         return 3
     if re.search(r"\bddp\b|plain data[- ]parallel", text) and not re.search(
             rf"{stage}1\b|distributed optimi[sz]er|\boptim\b", text):
@@ -299,7 +323,7 @@ def elementwise(row: dict[str, Any]) -> str:
     without Megatron; or a group named F_) unless the row says torch.compile was on; fused for Megatron-style
     stacks, which run fused kernels."""
     text = text_of(row, "id", "precision", "notes", "optimizer_sharding", "model")
-    eager_stack = any(word in text for word in EAGER_STACKS) and "megatron" not in text
+    eager_stack = any(affirmed(re.escape(word), text) for word in EAGER_STACKS) and not megatron_stack(row)
     if not (native_stack(row) or eager_stack):
         return "fused"
     if COMPILE_OFF.search(text):
@@ -365,7 +389,7 @@ def native_stack(row: dict[str, Any]) -> bool:
     opposed to Megatron-style stacks with their own fused kernels and checkpointing."""
     text = text_of(row, "id", "precision", "notes", "optimizer_sharding", "model")
     return str(row.get("group") or "").startswith("F_") or (
-        any(word in text for word in NATIVE_STACKS) and "megatron" not in text)
+        any(affirmed(re.escape(word), text) for word in NATIVE_STACKS) and not megatron_stack(row))
 
 
 def fp8_gather(row: dict[str, Any]) -> bool:

@@ -214,9 +214,26 @@ def test_a_four_bit_row_is_reported_not_costed_at_sixteen_bits():
     ("HSDP (hybrid shard over 8 GPUs)", 3), ("ZeRO++", 3), ("DeepSpeed ZeRO stage 3", 3), ("fully sharded", 3),
     ("DeepSpeed zero stage: 3", 3), ('"zero_optimization": {"stage": 3}', 3), ("zero_stage=2", 2), ("ZeRO 2", 2),
     ("ZeRO-1 over 32 pipeline stages", 1), ("DDP with zero_stage=1", 1), ("DDP, DeepSpeed zero stage: 1", 1),
+    # A table that lists every parallelism with its size says "FSDP 0" for a run without it.
+    ("distributed optimizer (FSDP 0)", 1), ("distributed optimizer; FSDP=0", 1), ("no FSDP, distributed optimizer", 1),
+    ("Megatron-FSDP off; distributed optimizer", 1), ("FSDP: n/a", 1), ("fms-fsdp FSDP full shard", 3),
 ])
 def test_the_zero_stage_is_the_sharding_the_row_names(sharding, stage):
     assert rt.zero_stage(sharding) == stage
+
+
+def test_a_stack_the_row_says_it_did_not_use_is_not_its_stack():
+    """Megatron-Bridge's tables list FSDP with its size (0 when off) and its notes say "no FSDP/offloading": the
+    run is Megatron's, with its fused kernels, own recomputation and Transformer Engine's FP8 inputs."""
+    bridge = {"group": "X_megatron_bridge_perf", "notes": "Table row: DGX-H100 | FSDP 0 | TP 4. no FSDP/offloading; "
+              "recipe llama3_70b_pretrain_config + perf overrides: transformer_engine, apply_rope_fusion True",
+              "optimizer_sharding": "distributed optimizer"}
+    assert not rt.native_stack(bridge) and rt.elementwise(bridge) == "fused"
+    assert not rt.native_stack({**bridge, "notes": "FSDP=0; Megatron-Core"})
+    assert rt.native_stack({"group": "X", "notes": "PyTorch FSDP2, torch.compile off"})
+    assert rt.native_stack({"group": "X", "notes": "Hugging Face model under FSDP"})
+    assert rt.elementwise({"group": "X", "notes": "DeepSpeed ZeRO-3, no torch.compile"}) == "eager"
+    assert rt.affirmed("fsdp", "fsdp2 fully_shard") and not rt.affirmed("fsdp", "non-fsdp run, fsdp: off")
 
 
 @pytest.mark.parametrize("recompute, mode", [
