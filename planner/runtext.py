@@ -397,8 +397,11 @@ def fp8_gather(row: dict[str, Any]) -> bool:
     text = text_of(row, "id", "precision", "notes")
     if "bf16 fsdp all-gather" in text or "bf16ag" in text:
         return False
-    return any(w in text for w in ("fp8_param_gather true", "fp8_param_gather", "float8 all-gather",
-                                   "float8_all_gather=true", "fp8ag", "float8 fsdp2 all-gather"))
+    switch = r"fp8[-_ ]param[-_ ]gather|(?:enable_fsdp_)?float8[-_ ]all[-_ ]gather"
+    if stated_off(switch, text):  # "fp8_param_gather False", "enable_fsdp_float8_all_gather=false"
+        return False
+    return any(w in text for w in ("fp8_param_gather", "fp8 param gather", "float8 all-gather", "float8_all_gather",
+                                   "fp8ag", "float8 fsdp2 all-gather"))
 
 
 def attention_kernel(row: dict[str, Any], gpu: str) -> str:
@@ -417,7 +420,7 @@ def attention_kernel(row: dict[str, Any], gpu: str) -> str:
         return "triton"
     pre_hopper = any(g in gpu for g in PRE_FLASH_GPUS)
     te_stack = TE_STACKS.search(text)
-    if not pre_hopper and ("cudnn" in text or (te_stack and not any(w in text for w in NAMED_FLASH))):
+    if not pre_hopper and (CUDNN_ATTENTION.search(text) or (te_stack and not any(w in text for w in NAMED_FLASH))):
         return "cudnn"
     if "zero bubble" in text:
         # The Zero Bubble paper's runs (2023): its Megatron-LM fork's launch script of the paper's date
@@ -432,6 +435,9 @@ def attention_kernel(row: dict[str, Any], gpu: str) -> str:
     return "unfused" if pre_flash else "flash"
 
 
+# cuDNN named as the attention kernel, not for another op ("cuDNN LayerNorm", NVTE_NORM_FWD_USE_CUDNN).
+CUDNN_ATTENTION = re.compile(r"cudnn[-_ ]*(fused[-_ ]*)?(attention|attn|sdpa|flash|fmha)|fused[-_ ]attention"
+                            r"|sdpbackend\.cudnn|cudnn_attention|(attention|attn|sdpa)[^.;]{0,30}cudnn")
 ATTN_IMPL = re.compile(r"attn_impl\b([^;]*)")
 IMPL_CHOICE = re.compile(r"'(\w+)'(?:\s+for\s+([\w./]+))?")
 

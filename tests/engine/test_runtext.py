@@ -23,6 +23,8 @@ FOUNDRY_2024 = "fsdp limit_all_gathers=true; attn_impl 'flash' for 1b/3b/7b/70b 
     ({"notes": "Megatron-Core with Transformer Engine"}, "A100 SXM4 80GB", "flash"),
     ({"notes": "NeMo 2.0 recipe, attention_backend flash"}, "H100 SXM5 80GB", "flash"),
     ({"notes": "SDPA with the cuDNN backend"}, "H100 SXM5 80GB", "cudnn"),
+    # cuDNN named for another op is not the attention kernel.
+    ({"notes": "torchtitan, SDPA flash; NVTE_NORM_FWD_USE_CUDNN=1 (cuDNN LayerNorm)"}, "H100 SXM5 80GB", "flash"),
     ({"model": "Nemotron-4 15B", "notes": "Table 2 batch-size ramp stage"}, "H100 SXM5 80GB", "flash"),
 ])
 def test_the_attention_kernel_is_the_one_the_row_names(row, gpu, kernel):
@@ -220,6 +222,15 @@ def test_a_four_bit_row_is_reported_not_costed_at_sixteen_bits():
 ])
 def test_the_zero_stage_is_the_sharding_the_row_names(sharding, stage):
     assert rt.zero_stage(sharding) == stage
+
+
+@pytest.mark.parametrize("notes, gather", [
+    ("fp8_param_gather True", True), ("Recipe YAML: fp8_param_gather False, overlap_grad_reduce True", False),
+    ("enable_fsdp_float8_all_gather=true", True), ("enable_fsdp_float8_all_gather=false", False),
+    ("torchao float8, bf16 FSDP all-gather", False), ("", False),
+])
+def test_an_fp8_parameter_gather_is_read_on_or_off_as_stated(notes, gather):
+    assert rt.fp8_gather({"notes": notes, "precision": "FP8"}) is gather
 
 
 def test_a_stack_the_row_says_it_did_not_use_is_not_its_stack():
