@@ -150,10 +150,15 @@ def zero_stage(sharding: Any) -> int:
 
 
 def zero_granularity(row: dict[str, Any]) -> str:
-    """layer for PyTorch FSDP's ZeRO-2 (SHARD_GRAD_OP; FSDP2 reshard_after_forward=False), which gathers and
-    reduce-scatters one unit at a time every micro-batch; bucket (Megatron, DeepSpeed) otherwise."""
+    """layer for PyTorch FSDP, whose ZeRO-2 (SHARD_GRAD_OP; FSDP2 reshard_after_forward=False) gathers and
+    reduce-scatters one unit at a time every micro-batch: a run that names FSDP, whatever stage it ran, would run
+    its ZeRO-2 that way (the search's ZeRO-2 layouts for it); bucket (Megatron's distributed optimizer and
+    Megatron-FSDP, DeepSpeed) otherwise."""
     text = str(row.get("optimizer_sharding") or "").lower()
-    return "layer" if "shard_grad_op" in text or "reshard_after_forward" in text else "bucket"
+    if "shard_grad_op" in text or "reshard_after_forward" in text:
+        return "layer"
+    pytorch_fsdp = affirmed(r"(?<!megatron-)fsdp|fully_shard|full_shard", text)
+    return "layer" if pytorch_fsdp and not megatron_stack(row) else "bucket"
 
 
 def grad_reduce_dtype(row: dict[str, Any]) -> str:

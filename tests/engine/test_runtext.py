@@ -80,7 +80,10 @@ def test_gradients_are_reduced_in_fp32_unless_the_row_says_bf16(row, dtype):
 
 @pytest.mark.parametrize("sharding, granularity", [
     ("FSDP SHARD_GRAD_OP (ZeRO-2-like: grads + optimizer state + flat params sharded)", "layer"),
-    ("FSDP FULL_SHARD (ZeRO-3)", "bucket"), ("ZeRO-2 (DeepSpeed)", "bucket"), (None, "bucket"),
+    # A PyTorch FSDP run of another stage would run its ZeRO-2 as FSDP does (the search's ZeRO-2 layouts for it).
+    ("FSDP FULL_SHARD (ZeRO-3)", "layer"), ("FSDP2 (fully_shard) over 8 ranks", "layer"),
+    ("ZeRO-2 (DeepSpeed)", "bucket"), (None, "bucket"), ("distributed optimizer (FSDP 0)", "bucket"),
+    ("Megatron-FSDP (use_megatron_fsdp True, optim_grads_params)", "bucket"),
 ])
 def test_fsdp_zero2_works_layer_by_layer(sharding, granularity):
     assert rt.zero_granularity({"optimizer_sharding": sharding}) == granularity
