@@ -96,9 +96,28 @@ def recompute_mode(row: dict[str, Any]) -> str | None:
 
 def block_level(row: dict[str, Any]) -> bool:
     """Checkpointing of whole blocks, some of them (fms-fsdp selective_checkpointing, torchtitan's per-layer
-    selective AC "every k-th block", Megatron --recompute-method block)."""
+    selective AC "every k-th block", Megatron --recompute-method block with --recompute-num-layers, "20 of 80
+    layers")."""
     text = (row.get("recompute") or "").lower()
-    return any(word in text for word in ("block-level", "per-layer", "every k-th"))
+    return any(word in text for word in ("block-level", "per-layer", "every k-th")) \
+        or _megatron_block_layers(text) is not None or LAYERS_OF.search(text) is not None
+
+
+# Megatron's --recompute-method block recomputes the first --recompute-num-layers layers of each model chunk (a
+# pipeline stage, or each virtual stage of an interleaved one) and none of the rest (megatron/core/transformer/
+# transformer_block.py, _checkpointed_forward); "uniform" recomputes them all, in groups of that many.
+BLOCK_METHOD = re.compile(r"recompute[-_ ]method\W{0,3}block|method block|\(block\)|block method")
+RECOMPUTE_LAYERS = re.compile(r"recompute[-_ ]num[-_ ]layers\W{0,3}(\d+)|(?:recompute|recomputation)\D{0,12}?(\d+) "
+                              r"layers|(\d+) layers\W{0,3}(?:\(?block|recomputed)")
+LAYERS_OF = re.compile(r"(\d+) of (?:the )?(\d+) (?:transformer )?layers")
+
+
+def _megatron_block_layers(text: str) -> int | None:
+    """The layers per model chunk a Megatron block-method row recomputes, where it says so."""
+    if not BLOCK_METHOD.search(text):
+        return None
+    found = RECOMPUTE_LAYERS.search(text)
+    return int(next(g for g in found.groups() if g)) if found else None
 
 
 TORCHTITAN_SELECTIVE_AC_EVERY = 2
@@ -111,9 +130,18 @@ def recompute_fraction(row: dict[str, Any], model_flops: float, layer_forward_fl
     published: the search then picks the mode."""
     if not block_level(row):
         return None
-    every = re.search(r"every (\d+)(?:st|nd|rd|th)? (?:block|layer)", (row.get("recompute") or "").lower())
+    text = (row.get("recompute") or "").lower()
+    every = re.search(r"every (\d+)(?:st|nd|rd|th)? (?:block|layer)", text)
     if every:
         return 1.0 / int(every.group(1))
+    share = LAYERS_OF.search(text)
+    if share and int(share.group(2)) > 0:
+        return min(1.0, int(share.group(1)) / int(share.group(2)))
+    per_chunk = _megatron_block_layers(text)
+    layers = _first_number(row.get("layers"))
+    if per_chunk is not None and layers:
+        chunks = (_first_number(row.get("pp")) or 1) * (_first_number(row.get("vp")) or 1)
+        return min(1.0, per_chunk * chunks / layers)
     if "torchtitan" in text_of(row, "id", "group", "notes", "source"):
         # torchtitan's per-layer selective AC checkpoints every selective_ac_option-th block; a run that does not
         # say ran its default, "2  # 2 = checkpoint every other layer" (torchtitan/config_manager.py, 1ea476e9
@@ -123,6 +151,12 @@ def recompute_fraction(row: dict[str, Any], model_flops: float, layer_forward_fl
     if not (hfu and mfu and hfu > mfu):
         return None
     return min(1.0, (hfu / mfu - 1.0) * model_flops / layer_forward_flops)
+
+
+def _first_number(value: Any) -> int | None:
+    """3, 3.0 or "3 (middle)" -> 3; None when absent."""
+    found = re.search(r"\d+", str(value)) if value is not None else None
+    return int(found.group(0)) if found else None
 
 
 def zero_stage(sharding: Any) -> int:

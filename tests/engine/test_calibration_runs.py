@@ -115,6 +115,18 @@ def test_unstated_sequence_parallelism_follows_the_stack(catalog):
     assert row_to_spec_doc(megatron, catalog)["layout"]["sequence_parallel"] is False
 
 
+def test_megatron_block_recomputation_pins_the_share_of_layers(catalog):
+    """--recompute-method block with 5 layers of each 10-layer chunk (Llama 3 70B, PP 4 x VP 2): half the layers
+    are recomputed whole, the layout the row pins."""
+    megatron = next(r for r in load_rows(DATA / "published_runs.json") if r["id"] == "sc21_t1_145.6B")
+    row = {**megatron, "layers": 80, "hidden": 8192, "heads": 64, "pp": 4, "vp": 2, "dp": megatron["gpus"] // 32,
+           "recompute": "full (recompute_granularity full, recompute_method block, recompute_num_layers 5)"}
+    layout = row_to_spec_doc(row, catalog)["layout"]
+    assert layout["recompute"] == "full" and layout["recompute_fraction"] == 0.5
+    compared = compare([row], catalog)[0]
+    assert compared.predicted_s is not None and "full recompute of 50% of layers" in compared.layout
+
+
 def test_torchtitan_rows_run_separate_projections(catalog):
     """torchtitan's Llama has wq, wk, wv and w1, w3; MPT (llm-foundry) fuses Wqkv, Megatron-Core linear_qkv."""
     by_id = {r["id"]: r for r in ROWS}

@@ -100,6 +100,25 @@ def test_block_level_checkpointing_recomputes_the_share_its_flops_show():
     assert rt.recompute_fraction({"recompute": "full"}, 3, 1) is None
 
 
+@pytest.mark.parametrize("recompute, share", [
+    # Megatron's block method recomputes --recompute-num-layers layers of each model chunk: 80 layers over PP 4 x
+    # VP 2 are chunks of 10.
+    ("full (recompute_granularity full, recompute_method block, recompute_num_layers 5)", 0.5),
+    ("full recompute of 5 layers per pipeline stage (block method)", 0.5),
+    ("full, 40 layers (block)", 1.0),
+    ("activation checkpointing of 20 of 80 layers", 0.25),
+])
+def test_partial_full_recomputation_is_the_share_of_layers_the_row_states(recompute, share):
+    row = {"recompute": recompute, "layers": 80, "pp": 4, "vp": 2}
+    assert rt.block_level(row) and rt.recompute_mode(row) is None
+    assert rt.recompute_fraction(row, 3, 1) == pytest.approx(share)
+
+
+def test_uniform_recomputation_is_all_of_the_layers():
+    row = {"recompute": "full (recompute_method uniform, recompute_num_layers 1)", "layers": 80, "pp": 4}
+    assert not rt.block_level(row) and rt.recompute_mode(row) == "full"
+
+
 def test_torchtitans_per_layer_checkpointing_defaults_to_every_other_layer():
     """torchtitan's selective_ac_option defaults to "2" (checkpoint every other layer); its 2024 performance doc
     names only "selective layer". Another stack's unstated k stays unknown."""
