@@ -253,10 +253,11 @@ def tp_overlap(row: dict[str, Any]) -> bool:
         return False  # the synchronous baseline of an async-TP comparison
     # A switch the row states as off ("tp_comm_overlap: False", "ub_tp_comm_overlap false", "TP comm overlap
     # off"), or a named overlap ("--tp-comm-overlap", "async TP", "TP communication overlap on").
-    switch = r"tp[-_ ]comm(unication)?[-_ ]overlap"
+    switch = r"tp[-_ ](comm(unication)?[-_ ])?overlap"
     if stated_off(switch, text):
         return False
-    return bool(re.search(r"async[-_ ]?tp|" + switch, text))
+    # Transformer Engine's userbuffers are its TP-overlap communicators (Megatron-Bridge's userbuffers_* configs).
+    return bool(re.search(r"async[-_ ]?tp|userbuffers|" + switch, text))
 
 
 def ep_overlap(row: dict[str, Any]) -> bool:
@@ -499,7 +500,8 @@ def _attn_impl(row: dict[str, Any]) -> str | None:
 # RoCE", "800 Gbps inter-node", "400 Gb/s per GPU".
 RATE = r"(\d[\d,]*(?:\.\d+)?)\s*(tbps|tb/s|gbps|gb/s)"
 PER_GPU = re.compile(RATE + r"[^.;\d]{0,40}?(?:per|/|each|for every)\s*gpu")
-PER_NODE = re.compile(RATE + r"[^.;\d]*?(?:inter-node|internode|node-node|node-to-node|interconnect)")
+PER_NODE = re.compile(RATE + r"[^.;\d]*?(?:inter-node|internode|node-node|node-to-node|interconnect)"
+                      r"|" + RATE + r"\s*(?:total\s*)?(?:per|/|each)\s*node")
 
 
 def network(row: dict[str, Any], gpus_per_node: int) -> tuple[float | None, str | None]:
@@ -513,10 +515,14 @@ def network(row: dict[str, Any], gpus_per_node: int) -> tuple[float | None, str 
         return _gbits(per_gpu), kind
     per_node = PER_NODE.search(text)
     if per_node:
-        return _gbits(per_node) / gpus_per_node, kind
+        # "8x 400 Gb/s per node": eight ports of the stated rate.
+        ports = re.search(r"(\d+)\s*[x×]\s*$", text[:per_node.start()])
+        return _gbits(per_node) * (int(ports.group(1)) if ports else 1) / gpus_per_node, kind
     return None, kind
 
 
 def _gbits(match: re.Match) -> float:
-    value, unit = float(match.group(1).replace(",", "")), match.group(2)
+    """Gb/s of a RATE match (the first alternative that matched)."""
+    groups = [g for g in match.groups() if g is not None]
+    value, unit = float(groups[0].replace(",", "")), groups[1]
     return value * (1000.0 if unit.startswith("t") else 1.0)

@@ -56,6 +56,9 @@ def test_pytorch_stacks_run_eagerly_unless_compiled(row, mode):
     ("Single node 8xH100 (README); NVLink details not stated.", 8, (None, None)),
     ("3.2 Tbps total per node (400 Gbps InfiniBand per GPU)", 8, (400.0, "infiniband")),
     ("RoCE fabric, 1,600 Gbps node-to-node", 8, (200.0, "roce")),
+    ("3.2 Tbps per node (RoCE)", 8, (400.0, "roce")), ("8x 400 Gb/s per node, NDR InfiniBand", 8,
+                                                        (400.0, "infiniband")),
+    ("GB200 NVL72: 4 GPUs per tray, 1.6 Tbps/node", 4, (400.0, None)),
 ])
 def test_the_fabric_notes_give_bandwidth_per_gpu_and_kind(notes, gpus, expected):
     assert rt.network({"fabric_notes": notes}, gpus) == expected
@@ -288,6 +291,8 @@ def test_the_recompute_mode_is_the_one_the_row_names(recompute, mode):
     ("--tp-comm-overlap", True), ("ub_tp_comm_overlap: True", True), ("TP communication overlap enabled", True),
     ("torchtitan async TP", True), ("tp_comm_overlap: False", False), ("tp-comm-overlap off", False),
     ("ub_tp_comm_overlap false (launcher yaml)", False), ("vanilla TP baseline", False), ("", False),
+    ("TP overlap on (userbuffers)", True), ("userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192", True),
+    ("TP overlap: off", False),
 ])
 def test_tp_overlap_is_on_only_where_the_row_says_so(notes, overlap):
     assert rt.tp_overlap({"notes": notes}) is overlap
