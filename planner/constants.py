@@ -93,8 +93,12 @@ FP8_ROWWISE_GEMM_RELATIVE = 0.9
 # twice and writes 4 (18). Backward: nll_loss's dense gradient writes 4, log_softmax's backward reads 8 and writes 4,
 # the cast back reads 4 and writes 2 (22). At the start of the backward the saved log-softmax, its incoming gradient
 # and the gradient it writes are held at once: 12 bytes.
-CROSS_ENTROPY_TRAFFIC = {"fused": (12.0, 10.0), "eager": (18.0, 22.0)}
-CROSS_ENTROPY_HELD_BYTES = {"fused": 4.0, "eager": 12.0}
+# chunked: torchtitan's ChunkedLossWrapper (torchtitan/components/loss.py, 2026) runs the output layer and an eager
+# loss on one of num_chunks = 8 slices of the tokens at a time, forward and backward, so the held logits are eager's
+# over 8; the traffic per logit is eager's. Fused linear cross-entropy kernels (Liger) hold no more.
+CROSS_ENTROPY_CHUNKS = 8
+CROSS_ENTROPY_TRAFFIC = {"fused": (12.0, 10.0), "eager": (18.0, 22.0), "chunked": (18.0, 22.0)}
+CROSS_ENTROPY_HELD_BYTES = {"fused": 4.0, "eager": 12.0, "chunked": 12.0 / CROSS_ENTROPY_CHUNKS}
 
 # Mixed-precision Adam step: reads fp32 master weight, momentum, variance and gradient (16 B), writes the first
 # three (12 B) and the 16-bit weight (2 B), and zeroes the gradient (4 B): 34 bytes of HBM traffic per

@@ -371,11 +371,16 @@ def elementwise(row: dict[str, Any]) -> str:
     return "fused" if COMPILE_ON.search(text) else "eager"
 
 
+FUSED_QKV = re.compile(r"fuse[_ ]?qkv\s*[:=]?\s*true|fused[-_ ]qkv")
+
+
 def projections(row: dict[str, Any]) -> str:
     """Separate Q/K/V and gate/up GEMMs for torchtitan-based runs (its Llama has wq, wk, wv and w1, w3: torchtitan
-    models/llama/model.py); fused for the others (Megatron-Core linear_qkv and linear_fc1, MPT's Wqkv)."""
-    return "separate" if "torchtitan" in text_of(row, "id", "group", "precision", "notes", "model", "source") \
-        else "fused"
+    models/llama/model.py), unless the run says it fused Q, K and V (torchtitan's fuse_qkv option since ad7a86533,
+    2026-04-16); fused for the others (Megatron-Core linear_qkv and linear_fc1, MPT's Wqkv)."""
+    if "torchtitan" not in text_of(row, "id", "group", "precision", "notes", "model", "source"):
+        return "fused"
+    return "fused" if FUSED_QKV.search(text_of(row, "notes", "arch_notes", "model")) else "separate"
 
 
 PEAK_MEMORY = re.compile(r"peak memory\s*(?:of\s*|=\s*|:\s*)?(\d+(?:\.\d+)?)\s*(gib|gb)\b")
@@ -408,12 +413,20 @@ def run_date(row: dict[str, Any]) -> str | None:
     return "-".join(found.groups()) if found else None
 
 
+# A loss over slices of the tokens: torchtitan's ChunkedLossWrapper, Liger's fused linear cross-entropy.
+CHUNKED_LOSS = re.compile(r"chunkedloss|chunked[-_ ](cross[-_ ]?entropy|loss)|fused[-_ ]linear[-_ ]cross[-_ ]?entropy"
+                          r"|\bliger\b")
+
+
 def cross_entropy(row: dict[str, Any]) -> str:
     """How the row's loss ran. Hugging Face models upcast the logits and call PyTorch's cross-entropy (transformers'
     ForCausalLMLoss): eager. torchtitan runs `cross_entropy(pred.flatten(0, 1).float(), ...)`, compiled with the
     model only in the versions of TORCHTITAN_LOSS_COMPILED: eager without torch.compile, or at a date outside them,
-    or undated. Fused for the others (Megatron's vocab-parallel cross-entropy, llm-foundry's fused_crossentropy)."""
+    or undated. Fused for the others (Megatron's vocab-parallel cross-entropy, llm-foundry's fused_crossentropy).
+    Chunked wherever the row names a loss over slices of the tokens (torchtitan's ChunkedLossWrapper, Liger)."""
     text = text_of(row, "id", "group", "precision", "notes", "model", "source")
+    if CHUNKED_LOSS.search(text_of(row, "notes", "arch_notes", "precision")):
+        return "chunked"
     if any(w in text for w in ("hugging face", "huggingface")):
         return "eager"
     if "torchtitan" not in text:

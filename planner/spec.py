@@ -32,7 +32,7 @@ GRAD_REDUCE_DTYPES = ("fp32", "bf16")
 FP8_SAVED_INPUTS = ("fp8", "bf16")
 CHECKPOINT_IMPLS = ("megatron", "pytorch")
 PROJECTIONS = ("fused", "separate")
-CROSS_ENTROPY_IMPLS = ("fused", "eager")
+CROSS_ENTROPY_IMPLS = ("fused", "eager", "chunked")
 # Rank orders, innermost first. TP is always innermost (it must stay inside an NVLink domain); the two orders
 # that matter differ in whether DP or PP gets the nearer GPUs (the same leaf switch or rail group).
 RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
@@ -154,7 +154,9 @@ TRAINING_FIELDS = (
                "kernels, a compiled loss: the fp32 softmax and its gradient in place, 4 bytes a logit held into the "
                "backward) or eager (PyTorch's F.cross_entropy on logits cast to fp32, as torchtitan runs it without "
                "compiling the loss and Hugging Face models do: 12 bytes a logit at the start of the backward, which "
-               "at long sequences and 128K-token vocabularies is tens of GiB)."),
+               "at long sequences and 128K-token vocabularies is tens of GiB) or chunked (torchtitan's "
+               "ChunkedLossWrapper, fused linear cross-entropy kernels: the output layer and the loss run an eighth "
+               "of the tokens at a time, so an eighth of eager's logits is ever held; traffic as eager)."),
     Field("elementwise", str, "fused", choices=ELEMENTWISE_MODES,
           help="How norms, rotary embedding and activations run: fused kernels (Megatron, Transformer Engine, "
                "torch.compile) or eager PyTorch, one kernel per operation in fp32."),

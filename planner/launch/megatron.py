@@ -176,6 +176,9 @@ def _mechanisms(job: Job, arg, em: Emitter) -> None:
     if t.cross_entropy == "eager":
         em.note("cross_entropy eager: Megatron's vocab-parallel cross-entropy works in place, so the loss takes "
                 "less memory than the plan assumed")
+    elif t.cross_entropy == "chunked":
+        em.note("cross_entropy chunked: Megatron's vocab-parallel cross-entropy holds the whole micro-batch's "
+                "logits (4 bytes each, in place), more memory than the plan assumed")
     if t.projections == "separate":
         em.note("projections separate: Megatron-Core runs Q, K, V as one GEMM and gate+up as one, so the "
                 "projections run faster than the plan assumed")

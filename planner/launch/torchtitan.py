@@ -84,6 +84,10 @@ def _training(job: Job, key, em: Emitter) -> None:
     elif t.cross_entropy == "fused":
         em.note("cross_entropy fused: without torch.compile torchtitan's loss is PyTorch's cross_entropy on fp32 "
                 "logits, which holds 12 bytes a logit, more memory than the plan assumed")
+    if t.cross_entropy == "chunked":
+        em.note("cross_entropy chunked: set the job's loss to ChunkedLossWrapper (num_chunks 8, torchtitan's "
+                "components/loss.py, in its Python config registry: this TOML has no key for it); torchtitan's "
+                "whole-sequence loss holds all the logits, more memory than the plan assumed")
     if t.tp_comm_overlap and job.tp > 1:
         key("parallelism", "enable_async_tensor_parallel", True)  # needs compile.enable
         if t.elementwise != "fused":

@@ -134,6 +134,9 @@ def test_torchtitan_rows_run_separate_projections(catalog):
                      ("llmf_h100bf16_7b_s2048_g8_gb48", "fused"),
                      ("mcore_moe_qwen3_30b_h100_bf16_32gpu_tp1pp1ep8", "fused")):
         assert row_to_spec_doc(by_id[run], catalog)["training"]["projections"] == how, run
+    # torchtitan's fuse_qkv option (ad7a86533, 2026-04-16): one GEMM for Q, K and V where the run says so.
+    fused = {**by_id["ttatp25_8b_g64_bf16_vanillaTP"], "arch_notes": "GQA, fused QKV projection (fuse_qkv=True)"}
+    assert rt.projections(fused) == "fused"
 
 
 def test_torchtitan_rows_run_the_loss_of_their_version(catalog):
@@ -153,6 +156,10 @@ def test_torchtitan_rows_run_the_loss_of_their_version(catalog):
     assert rt.cross_entropy({**titan, "notes": "torchtitan abc (2024-11-05), compile: false"}) == "eager"
     assert rt.cross_entropy({**titan, "notes": "torchtitan, torch.compile, torch 1a2b (2025/03/01)"}) == "eager"
     assert rt.cross_entropy({**titan, "notes": "torchtitan, torch.compile"}) == "eager"  # undated
+    # A loss over slices of the tokens, wherever the row names one.
+    assert rt.cross_entropy({**titan, "notes": "torchtitan bcc0929 (2026-08-05), torch.compile on; the loss "
+                                               "(ChunkedLossWrapper) is not compiled"}) == "chunked"
+    assert rt.cross_entropy({**hf, "notes": "Hugging Face Llama with Liger fused linear cross entropy"}) == "chunked"
 
 
 def test_pytorch_fsdp_under_a_pipeline_holds_what_zero1_holds(catalog):

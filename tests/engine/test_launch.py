@@ -400,6 +400,9 @@ def test_the_costed_stack_behaviours_reach_megatron_and_torchtitan():
         assert tomllib.loads(titan.text)["compile"].get("components") == components
         assert ("cross_entropy fused" in " ".join(titan.notes)) == titan_note
         assert ("cross_entropy eager" in " ".join(launch_config(spec, entry, "megatron").notes)) == megatron_note
+    spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1}, {"cross_entropy": "chunked"})
+    assert "ChunkedLossWrapper" in " ".join(launch_config(spec, entry, "torchtitan").notes)
+    assert "cross_entropy chunked" in " ".join(launch_config(spec, entry, "megatron").notes)
     # What FP8 linears keep for the backward is the stack's own: Transformer Engine 1-byte inputs, torchao 16-bit.
     for kept, megatron_note, titan_note in (("fp8", False, True), ("bf16", True, False)):
         spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1}, {"precision": "fp8", "fp8_saved_inputs": kept})
