@@ -163,7 +163,7 @@ def _layout_doc(row: dict[str, Any], model: dict[str, Any], catalog: Catalog) ->
     interleaved = "interleaved" in (row.get("pipeline_schedule") or "").lower()
     vp = row.get("vp") or _derived(row, "derived_vp") or (interleaved and _derived(row, "derived_chunks_per_stage"))
     schedule = (row.get("pipeline_schedule") or "").lower()
-    layout["vpp"] = _first_int(vp) or (1 if "1f1b" in schedule and not interleaved else None)
+    layout["vpp"] = rt.first_int(vp) or (1 if "1f1b" in schedule and not interleaved else None)
     if (layout["pp"] or 1) > 1 and (defaults := rt.torchtitan_pipeline(row)) is not None:
         count, size, stages = defaults
         if not vp:
@@ -199,14 +199,6 @@ def _block_share(row: dict[str, Any], model: dict[str, Any], catalog: Catalog) -
     fpt = flops_per_token(m)
     layers = m.layers * (fpt.gemm_per_layer + fpt.attention_per_layer)
     return rt.recompute_fraction(row, 3.0 * fpt.forward(m.layers), layers)
-
-
-def _first_int(value: Any) -> int | None:
-    """3, 3.0 or "3 (middle) / 2 (ends)" -> 3 (the busiest stage's count); None when absent."""
-    if value is None:
-        return None
-    digits = re.match(r"\s*(\d+)", str(value))
-    return int(digits.group(1)) if digits else None
 
 
 def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = None) -> dict[str, Any]:

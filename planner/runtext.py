@@ -120,6 +120,7 @@ def _megatron_block_layers(text: str) -> int | None:
     return int(next(g for g in found.groups() if g)) if found else None
 
 
+# torchtitan's selective_ac_option default for per-layer AC: "2  # 2 = checkpoint every other layer".
 TORCHTITAN_SELECTIVE_AC_EVERY = 2
 
 
@@ -138,9 +139,9 @@ def recompute_fraction(row: dict[str, Any], model_flops: float, layer_forward_fl
     if share and int(share.group(2)) > 0:
         return min(1.0, int(share.group(1)) / int(share.group(2)))
     per_chunk = _megatron_block_layers(text)
-    layers = _first_number(row.get("layers"))
+    layers = first_int(row.get("layers"))
     if per_chunk is not None and layers:
-        chunks = (_first_number(row.get("pp")) or 1) * (_first_number(row.get("vp")) or 1)
+        chunks = (first_int(row.get("pp")) or 1) * (first_int(row.get("vp")) or 1)
         return min(1.0, per_chunk * chunks / layers)
     if "torchtitan" in text_of(row, "id", "group", "notes", "source"):
         # torchtitan's per-layer selective AC checkpoints every selective_ac_option-th block; a run that does not
@@ -153,10 +154,12 @@ def recompute_fraction(row: dict[str, Any], model_flops: float, layer_forward_fl
     return min(1.0, (hfu / mfu - 1.0) * model_flops / layer_forward_flops)
 
 
-def _first_number(value: Any) -> int | None:
-    """3, 3.0 or "3 (middle)" -> 3; None when absent."""
-    found = re.search(r"\d+", str(value)) if value is not None else None
-    return int(found.group(0)) if found else None
+def first_int(value: Any) -> int | None:
+    """3, 3.0 or "3 (middle) / 2 (ends)" -> 3 (the busiest stage's count); None when absent."""
+    if value is None:
+        return None
+    digits = re.match(r"\s*(\d+)", str(value))
+    return int(digits.group(1)) if digits else None
 
 
 def zero_stage(sharding: Any) -> int:
