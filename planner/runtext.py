@@ -46,9 +46,9 @@ def affirmed(word: str, text: str) -> bool:
 
 
 def megatron_stack(row: dict[str, Any]) -> bool:
-    """A Megatron-family stack (Megatron-LM / -Core / -Bridge, NeMo, Transformer Engine models), named anywhere in
-    the row, its group or its source."""
-    text = text_of(row, "id", "group", "precision", "notes", "optimizer_sharding", "model", "source")
+    """A Megatron-family stack (Megatron-LM / -Core / -Bridge, NeMo, Transformer Engine models), named in the row
+    or its group (not its source, whose title may only compare with one)."""
+    text = text_of(row, "id", "group", "precision", "notes", "optimizer_sharding", "model")
     return "megatron" in text or TE_STACKS.search(text) is not None
 
 

@@ -270,6 +270,8 @@ def test_a_stack_the_row_says_it_did_not_use_is_not_its_stack():
     assert rt.native_stack({"group": "X", "notes": "Hugging Face model under FSDP"})
     assert rt.elementwise({"group": "X", "notes": "DeepSpeed ZeRO-3, no torch.compile"}) == "eager"
     assert rt.affirmed("fsdp", "fsdp2 fully_shard") and not rt.affirmed("fsdp", "non-fsdp run, fsdp: off")
+    # A source that only compares with Megatron does not make a PyTorch run Megatron's.
+    assert rt.native_stack({"group": "X", "notes": "torchtitan FSDP2", "source": {"title": "vs Megatron-LM"}})
 
 
 @pytest.mark.parametrize("recompute, mode", [
