@@ -365,10 +365,9 @@ def elementwise(row: dict[str, Any]) -> str:
     """Eager for PyTorch-native stacks (FSDP, torchtitan, llm-foundry, fms-fsdp, torchao, DeepSpeed or Hugging Face
     without Megatron; or a group named F_) unless the row says torch.compile was on; fused for Megatron-style
     stacks, which run fused kernels."""
-    text = text_of(row, "id", "precision", "notes", "optimizer_sharding", "model")
-    eager_stack = any(affirmed(re.escape(word), text) for word in EAGER_STACKS) and not megatron_stack(row)
-    if not (native_stack(row) or eager_stack):
+    if not _pytorch_stack(row, EAGER_STACKS):  # NATIVE_STACKS are among EAGER_STACKS
         return "fused"
+    text = text_of(row, "id", "precision", "notes", "optimizer_sharding", "model")
     if COMPILE_OFF.search(text):
         return "eager"
     return "fused" if COMPILE_ON.search(text) else "eager"
@@ -443,9 +442,14 @@ def cross_entropy(row: dict[str, Any]) -> str:
 def native_stack(row: dict[str, Any]) -> bool:
     """A PyTorch-native training stack (FSDP, torchtitan, llm-foundry, fms-fsdp, torchao; or a group named F_), as
     opposed to Megatron-style stacks with their own fused kernels and checkpointing."""
+    return _pytorch_stack(row, NATIVE_STACKS)
+
+
+def _pytorch_stack(row: dict[str, Any], names: tuple[str, ...]) -> bool:
+    """A group named F_, or one of `names` used by the row (not negated: affirmed) and no Megatron stack named."""
     text = text_of(row, "id", "precision", "notes", "optimizer_sharding", "model")
     return str(row.get("group") or "").startswith("F_") or (
-        any(affirmed(re.escape(word), text) for word in NATIVE_STACKS) and not megatron_stack(row))
+        any(affirmed(re.escape(word), text) for word in names) and not megatron_stack(row))
 
 
 def fp8_gather(row: dict[str, Any]) -> bool:
@@ -516,8 +520,8 @@ def _attn_impl(row: dict[str, Any]) -> str | None:
 # RoCE", "800 Gbps inter-node", "400 Gb/s per GPU".
 RATE = r"(\d[\d,]*(?:\.\d+)?)\s*(tbps|tb/s|gbps|gb/s)"
 PER_GPU = re.compile(RATE + r"[^.;\d]{0,40}?(?:per|/|each|for every)\s*gpu")
-PER_NODE = re.compile(RATE + r"[^.;\d]*?(?:inter-node|internode|node-node|node-to-node|interconnect)"
-                      r"|" + RATE + r"\s*(?:total\s*)?(?:per|/|each)\s*node")
+PER_NODE = re.compile(RATE + r"(?:[^.;\d]*?(?:inter-node|internode|node-node|node-to-node|interconnect)"
+                             r"|\s*(?:total\s*)?(?:per|/|each)\s*node)")
 
 
 def network(row: dict[str, Any], gpus_per_node: int) -> tuple[float | None, str | None]:
@@ -538,7 +542,5 @@ def network(row: dict[str, Any], gpus_per_node: int) -> tuple[float | None, str 
 
 
 def _gbits(match: re.Match) -> float:
-    """Gb/s of a RATE match (the first alternative that matched)."""
-    groups = [g for g in match.groups() if g is not None]
-    value, unit = float(groups[0].replace(",", "")), groups[1]
+    value, unit = float(match.group(1).replace(",", "")), match.group(2)
     return value * (1000.0 if unit.startswith("t") else 1.0)
