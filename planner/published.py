@@ -208,7 +208,7 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
     node, fabric = _network(row, catalog, gpu)
     notes = (row.get("notes") or "").lower()
     model = _model_doc(row, catalog, gated)
-    return _pipelined_fsdp(row, {"model": model,
+    return _deepspeed_pipeline(row, _pipelined_fsdp(row, {"model": model,
             "training": {"global_batch": _global_batch(row), "precision": rt.precision(row, gpu),
                          "attention": rt.attention_kernel(row, gpu), "tp_comm_overlap": rt.tp_overlap(row),
                          "elementwise": rt.elementwise(row), "projections": rt.projections(row),
@@ -228,7 +228,19 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
                          "expandable_segments": rt.expandable_segments(row),
                          "ep_dispatch": "dedup" if any(w in notes for w in ("deepep", "hybridep")) else "all_to_all"},
             "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},
-            "layout": _layout_doc(row, model, catalog)})
+            "layout": _layout_doc(row, model, catalog)}))
+
+
+def _deepspeed_pipeline(row: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
+    """DeepSpeed's pipeline engine runs one schedule, plain 1F1B without virtual stages, and reduces the
+    gradients after the whole batch's last backward, not behind it (deepspeed/runtime/pipe/schedule.py,
+    TrainSchedule.steps: ReduceTiedGrads, ReduceGrads and OptimizerStep on the last step). A row that ran it
+    (Megatron-DeepSpeed, GPT-NeoX) and states no virtual stages ran none."""
+    layout = doc["layout"]
+    if (layout.get("pp") or 1) > 1 and rt.deepspeed_stack(row):
+        layout.setdefault("vpp", 1)
+        doc["training"]["overlap_grad_reduce"] = False
+    return doc
 
 
 def _pipelined_fsdp(row: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:

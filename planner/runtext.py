@@ -52,6 +52,12 @@ def megatron_stack(row: dict[str, Any]) -> bool:
     return "megatron" in text or TE_STACKS.search(text) is not None
 
 
+def deepspeed_stack(row: dict[str, Any]) -> bool:
+    """A run of DeepSpeed's engine (Megatron-DeepSpeed, GPT-NeoX, DeepSpeed ZeRO), named as used in the row."""
+    return affirmed(r"deepspeed", text_of(row, "id", "group", "notes", "optimizer_sharding", "model",
+                                          "pipeline_schedule"))
+
+
 def stated_off(switch: str, text: str) -> bool:
     """Whether the text sets the switch (a regex) off: "tp_comm_overlap: False", "activation_checkpointing=off",
     "overlap_moe_expert_parallel_comm false", "... disabled", "... no", "... 0"."""
@@ -480,7 +486,12 @@ def attention_kernel(row: dict[str, Any], gpu: str) -> str:
         return "triton"
     pre_hopper = any(g in gpu for g in PRE_FLASH_GPUS)
     te_stack = TE_STACKS.search(text)
-    if not pre_hopper and (CUDNN_ATTENTION.search(text) or (te_stack and not any(w in text for w in NAMED_FLASH))):
+    named = [w for w in ("flash", "triton", "sdpa", "cudnn") if affirmed(w, text)]
+    if "flash" in text and not named:
+        # "no flash attention", "without FlashAttention": the row names the kernel it did not run, and no other
+        return "unfused"
+    if not pre_hopper and (CUDNN_ATTENTION.search(text) or (te_stack and not any(affirmed(re.escape(w), text)
+                                                                                     for w in NAMED_FLASH))):
         return "cudnn"
     if "zero bubble" in text:
         # The Zero Bubble paper's runs (2023): its Megatron-LM fork's launch script of the paper's date
@@ -489,7 +500,7 @@ def attention_kernel(row: dict[str, Any], gpu: str) -> str:
         # 2024. The paper's memory agrees: doubling the micro-batch from 6 to 12 adds 27 GB (Table 8), 91 bytes per
         # token and layer per unit of hidden size, Korthikanti et al.'s 34 + 5as/h = 87 without flash attention.
         return "unfused"
-    if te_stack or any(w in text for w in ("flash", "triton", "sdpa", "cudnn")):
+    if te_stack or named:
         return "flash"  # Transformer Engine runs FlashAttention before Hopper
     pre_flash = pre_hopper and not str(row.get("group") or "").startswith(("F_", "M_"))
     return "unfused" if pre_flash else "flash"

@@ -180,6 +180,22 @@ def test_pytorch_fsdp_under_a_pipeline_holds_what_zero1_holds(catalog):
     assert "overlap_grad_reduce" not in zb["training"]
 
 
+def test_deepspeeds_pipeline_runs_plain_1f1b_and_reduces_after_the_batch(catalog):
+    """DeepSpeed's pipeline engine has no virtual stages and reduces gradients after the last backward
+    (TrainSchedule: ReduceGrads on the last step): a Megatron-DeepSpeed row that states no virtual stages is pinned
+    to one and its reduction is exposed; the same row without PP keeps the defaults."""
+    row = {"id": "ds_pipe", "model": "GPT 20B", "layers": 44, "hidden": 6144, "heads": 64, "vocab": 50432,
+           "seq_len": 2048, "gpu_type": "A100 80GB SXM4", "precision": "FP16", "gpus": 96, "gpus_per_node": 8,
+           "tp": 2, "pp": 4, "dp": 12, "micro_batch": 4, "global_batch": 1536,
+           "optimizer_sharding": "DeepSpeed ZeRO stage 1", "notes": "Megatron-DeepSpeed", "step_time_s": 40.0}
+    doc = row_to_spec_doc(row, catalog)
+    assert doc["layout"]["vpp"] == 1 and doc["training"]["overlap_grad_reduce"] is False
+    flat = row_to_spec_doc({**row, "pp": 1, "dp": 48}, catalog)
+    assert "vpp" not in flat["layout"] and "overlap_grad_reduce" not in flat["training"]
+    stated = row_to_spec_doc({**row, "vp": 2}, catalog)
+    assert stated["layout"]["vpp"] == 2
+
+
 @pytest.mark.parametrize("notes, gib", [
     ("Peak memory 83.9 GiB (doc).", 83.9), ("11.8 samples per GPU per second (peak memory 30 GB).", 30e9 / 2**30),
     ("peak memory: 47.65 GB", 47.65e9 / 2**30), ("Memory(GiB) column = max across GPUs of logged peak memory.", None),

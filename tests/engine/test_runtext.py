@@ -26,6 +26,11 @@ FOUNDRY_2024 = "fsdp limit_all_gathers=true; attn_impl 'flash' for 1b/3b/7b/70b 
     # cuDNN named for another op is not the attention kernel.
     ({"notes": "torchtitan, SDPA flash; NVTE_NORM_FWD_USE_CUDNN=1 (cuDNN LayerNorm)"}, "H100 SXM5 80GB", "flash"),
     ({"model": "Nemotron-4 15B", "notes": "Table 2 batch-size ramp stage"}, "H100 SXM5 80GB", "flash"),
+    # A kernel the row says it did not run is not its kernel.
+    ({"group": "F_x", "notes": "Megatron-DeepSpeed, fused softmax (no flash attention)"}, "A100 SXM4 80GB",
+     "unfused"),
+    ({"group": "F_x", "notes": "trained without FlashAttention"}, "H100 SXM5 80GB", "unfused"),
+    ({"group": "F_x", "notes": "no FlashAttention-3; SDPA flash backend"}, "H100 SXM5 80GB", "flash"),
 ])
 def test_the_attention_kernel_is_the_one_the_row_names(row, gpu, kernel):
     assert rt.attention_kernel(row, gpu) == kernel
@@ -298,3 +303,13 @@ def test_the_recompute_mode_is_the_one_the_row_names(recompute, mode):
 ])
 def test_tp_overlap_is_on_only_where_the_row_says_so(notes, overlap):
     assert rt.tp_overlap({"notes": notes}) is overlap
+
+
+@pytest.mark.parametrize("row, deepspeed", [
+    ({"notes": "Megatron-DeepSpeed, DeepSpeed pipeline engine"}, True),
+    ({"optimizer_sharding": "DeepSpeed ZeRO stage 1"}, True),
+    ({"notes": "Megatron-LM; no DeepSpeed"}, False),
+    ({"model": "MPT-7b", "notes": "GPT-NeoX-20B tokenizer"}, False),
+])
+def test_a_deepspeed_run_is_one_that_names_deepspeed_as_used(row, deepspeed):
+    assert rt.deepspeed_stack(row) is deepspeed
