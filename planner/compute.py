@@ -22,26 +22,31 @@ TILES = ((128, 128), (128, 256), (256, 128))  # output tiles cuBLAS chooses amon
 FUSED_ATTENTION = ("flash", "cudnn", "triton")  # kernels that never write the s x s scores to memory
 
 
-def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bool = False) -> np.ndarray:
-    """Seconds for one (m x k) @ (k x n) GEMM.
+def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bool = False,
+              groups: np.ndarray | float = 1.0) -> np.ndarray:
+    """Seconds for one (m x k) @ (k x n) GEMM, or for a grouped GEMM of `groups` such products (each with its
+    own weights) run as one kernel.
 
     Roofline: max(compute, memory) + fixed kernel cost. Compute runs at achievable_gemm_flops x tile
     utilisation x K / (K + K_HALF); tile utilisation counts padding of partial tiles and the last partial wave
     over the SMs (NVIDIA, "Matrix Multiplication Background User's Guide": tile and wave quantization), taking
-    the best of the usual tile shapes. Memory moves both inputs once (1-byte FP8 or 2-byte) and a 2-byte output.
+    the best of the usual tile shapes. A grouped GEMM pads each group's tiles but schedules all groups' tiles
+    over the SMs together, so only its last wave is partial, and it launches once (CUTLASS grouped GEMM's
+    persistent tile scheduler; cuBLASLt grouped GEMM under Transformer Engine's GroupedLinear). Memory moves both
+    inputs once (1-byte FP8 or 2-byte) and a 2-byte output.
     """
-    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+    m, n, k, g = (np.asarray(x, dtype=float) for x in (m, n, k, groups))
     peak = achievable_gemm_flops(gpu, fp8)
     sms = gpu.sm_count
-    util = np.zeros(np.broadcast(m, n, k).shape)
+    util = np.zeros(np.broadcast(m, n, k, g).shape)
     for tm, tn in TILES:
-        tiles = np.ceil(m / tm) * np.ceil(n / tn)
+        tiles = g * np.ceil(m / tm) * np.ceil(n / tn)
         waves = np.ceil(tiles / sms)
-        util = np.maximum(util, (m * n) / (waves * sms * tm * tn))
+        util = np.maximum(util, (g * m * n) / (waves * sms * tm * tn))
     k_eff = k / (k + k_half(gpu, fp8))
-    t_compute = 2.0 * m * n * k / (peak * util * k_eff)
+    t_compute = 2.0 * g * m * n * k / (peak * util * k_eff)
     in_bytes = 1.0 if fp8 else 2.0
-    t_memory = ((m * k + k * n) * in_bytes + 2.0 * m * n) / hbm_bytes_per_s(gpu)
+    t_memory = g * ((m * k + k * n) * in_bytes + 2.0 * m * n) / hbm_bytes_per_s(gpu)
     return np.maximum(t_compute, t_memory) + kernel_s(gpu)
 
 
@@ -74,11 +79,11 @@ def hbm_bytes_per_s(gpu: GPUSpec) -> float:
     return gpu.memory_gbytes_per_s * 1e9 * gpu.hbm_efficiency
 
 
-def gemm_fwd_bwd(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bool
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """Forward (m,n,k) and backward: data gradient (m,k,n) + weight gradient (k,n,m)."""
-    fwd = gemm_time(m, n, k, gpu, fp8)
-    bwd = gemm_time(m, k, n, gpu, fp8) + gemm_time(k, n, m, gpu, fp8)
+def gemm_fwd_bwd(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bool,
+                 groups: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Forward (m,n,k) and backward: data gradient (m,k,n) + weight gradient (k,n,m), each grouped over `groups`."""
+    fwd = gemm_time(m, n, k, gpu, fp8, groups)
+    bwd = gemm_time(m, k, n, gpu, fp8, groups) + gemm_time(k, n, m, gpu, fp8, groups)
     return fwd, bwd
 
 
@@ -196,18 +201,20 @@ def _moe_mlp_times(m: ModelSpec, gpu: GPUSpec, fp8: bool, shard: Shard
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Routed experts hold whole (not TP-split) weights, as Megatron-Core's expert tensor parallel size 1;
     the layer's tokens are split over TP ranks (sequence parallel) and routed across the EP group, so with
-    balanced routing each of the E/ep local experts sees tokens x top_k x ep / E rows (Lepikhin et al. 2020)."""
+    balanced routing each of the E/ep local experts sees tokens x top_k x ep / E rows (Lepikhin et al. 2020).
+    The local experts' GEMMs run as one grouped GEMM per projection and pass (Megatron-Core's TEGroupedMLP /
+    moe_grouped_gemm, torchtitan's torch._grouped_mm, DeepSeek's DeepGEMM)."""
     up = 2 if m.gated_mlp else 1
     h, fe = m.hidden, m.expert_ffn_hidden
     tokens = shard.tokens(m) / shard.tp
     rows = np.maximum(1.0, tokens * m.top_k * shard.ep / m.experts)
     local_experts = m.experts / shard.ep
-    e_up = gemm_fwd_bwd(rows, up * fe, h, gpu, fp8)
-    e_down = gemm_fwd_bwd(rows, h, fe, gpu, fp8)
+    e_up = gemm_fwd_bwd(rows, up * fe, h, gpu, fp8, local_experts)
+    e_down = gemm_fwd_bwd(rows, h, fe, gpu, fp8, local_experts)
     router = gemm_fwd_bwd(shard.tokens(m), m.experts, h, gpu, False)
-    fwd = local_experts * (e_up[0] + e_down[0]) + router[0]
-    bwd = local_experts * (e_up[1] + e_down[1]) + router[1]
-    down = local_experts * e_down[0]
+    fwd = e_up[0] + e_down[0] + router[0]
+    bwd = e_up[1] + e_down[1] + router[1]
+    down = e_down[0]
     if m.shared_experts:
         s_f, s_b, s_down = _mlp_times(shard.tokens(m), m.shared_experts * fe / shard.tp, h, up, gpu, fp8)
         fwd, bwd, down = fwd + s_f, bwd + s_b, down + s_down

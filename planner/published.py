@@ -308,8 +308,11 @@ def measured_step_time(row: dict[str, Any], spec: PlanSpec) -> float | None:
     if row.get("tflops_per_gpu"):
         kind = (row.get("tflops_kind") or "").lower()
         recompute = spec.layout.recompute or "none"
-        flops = hardware_flops_per_step(spec.model, spec.training.global_batch, recompute) \
-            if "recompute" in kind or "eq.3" in kind else model_flops
+        # Hardware FLOPs where the row counts the recomputation (Narayanan et al. 2021, eq. 3); model FLOPs where it
+        # says it does not ("recompute not counted", "activation recompute NOT counted").
+        counted = rt.affirmed(r"recompute|recomputation|eq\.3", kind) and not re.search(
+            r"(recompute|recomputation)[^.;,]{0,12}\bnot\b", kind)
+        flops = hardware_flops_per_step(spec.model, spec.training.global_batch, recompute) if counted else model_flops
         return flops / (row["tflops_per_gpu"] * 1e12 * n)
     return None
 

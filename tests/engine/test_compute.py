@@ -50,6 +50,19 @@ def test_wave_quantization_penalises_a_partial_last_wave(h100):
     assert one_more_column < 0.6 * full_wave
 
 
+def test_a_grouped_gemm_quantizes_only_its_last_wave_and_launches_once(h100):
+    """Two experts' GEMMs of 6 x 11 tiles each fill half of the H100's 132 SMs: one at a time they take two waves,
+    grouped they share one. Groups of whole waves cost their GEMMs' compute, launched once."""
+    gpu = h100.cluster.gpu
+    n, k = 128 * 11, 8192
+    half_wave = float(gemm_time(128 * 6, n, k, gpu))
+    assert float(gemm_time(128 * 6, n, k, gpu, groups=1)) == pytest.approx(half_wave)
+    assert float(gemm_time(128 * 6, n, k, gpu, groups=2)) == pytest.approx(half_wave, rel=1e-9)
+    full_wave = float(gemm_time(128 * 12, n, k, gpu))
+    launch = gpu.kernel_overhead_us * 1e-6
+    assert float(gemm_time(128 * 12, n, k, gpu, groups=8)) == pytest.approx(8 * full_wave - 7 * launch, rel=1e-9)
+
+
 def test_a_skinny_gemm_is_memory_bound(h100):
     gpu = h100.cluster.gpu
     m, n, k = 8, 16384, 16384
