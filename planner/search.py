@@ -154,9 +154,12 @@ def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vp
         return "ep_invalid", f"EP={ep} must divide the {m.experts} experts and the {ranks} TP·CP·DP ranks of a stage"
     if sp and tp == 1:
         return "sp_needs_tp", "sequence parallelism needs TP > 1"
-    if vpp > 1 and (pp == 1 or -(-m.layers // pp) % vpp):
-        return "vpp_invalid", (f"{vpp} virtual stages need PP > 1 and the {-(-m.layers // pp)} layers of a stage "
-                               f"to split evenly into them")
+    # Virtual stages may hold unequal numbers of layers (Megatron-Core --num-virtual-stages-per-pipeline-rank or
+    # --pipeline-model-parallel-layout: DeepSeek-V3's 61 layers over PP 2 x 8 virtual stages), but each holds one.
+    # The search itself offers only even splits (vpp_options); a pinned layout may be uneven.
+    if vpp > 1 and (pp == 1 or -(-m.layers // pp) < vpp):
+        return "vpp_invalid", (f"{vpp} virtual stages need PP > 1 and a layer each; a stage holds "
+                               f"{-(-m.layers // pp)}")
     if vpp > 1 and (b // dp // mb) % pp:
         return "vpp_needs_microbatches", (f"interleaving needs the {b // dp // mb} micro-batches to be a multiple "
                                           f"of PP={pp}")

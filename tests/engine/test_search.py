@@ -90,6 +90,22 @@ def test_a_fully_pinned_infeasible_layout_is_an_empty_answer_with_the_reason(cat
     assert answer["rejected"] == {"tp_crosses_nvlink_domain": 1}
 
 
+def test_a_pinned_layout_may_split_a_stage_unevenly_into_virtual_stages(catalog):
+    """GPT-3's 96 layers over PP 16 are 6 a stage: 4 virtual stages of 2, 2, 1 and 1 layers run (Megatron-Core's
+    --num-virtual-stages-per-pipeline-rank), 8 would leave two of them empty. The search offers even splits only."""
+    doc = example("gpt3-175b-a100-1024")
+    base = {"tp": 8, "pp": 16, "dp": 8, "cp": 1, "micro_batch": 1, "recompute": "full",
+            "sequence_parallel": True, "zero": 1, "rank_order": "tp-cp-dp-pp"}
+    uneven = plan(parse_spec({**doc, "layout": {**base, "vpp": 4}}, catalog))
+    assert uneven["plans"] and uneven["plans"][0]["layout"]["vpp"] == 4
+    empty = plan(parse_spec({**doc, "layout": {**base, "vpp": 8}}, catalog))
+    assert empty["plans"] == [] and empty["rejected_examples"]["vpp_invalid"] == (
+        "8 virtual stages need PP > 1 and a layer each; a stage holds 6")
+    searched = plan(parse_spec({**doc, "layout": {k: v for k, v in base.items() if k != "micro_batch"}}, catalog),
+                    top=200)
+    assert {p["layout"]["vpp"] for p in searched["plans"]} <= {1, 2, 3, 6}
+
+
 def test_zero_2_and_3_are_never_planned_across_pipeline_stages(catalog, gpt3_answer):
     """No stack shards weights or gradients across pipeline micro-batches: a pinned ZeRO-3 with PP 8 is one rejection
     with the reason; the search counts the ones it leaves out and never ranks one."""
