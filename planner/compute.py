@@ -133,7 +133,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
     dense_f, dense_b, dense_down = _mlp_times(t, m.ffn_hidden / tp, h, up, gpu, fp8, separate)
     mlp_f, mlp_b, down_f = dense_f, dense_b, dense_down
     if m.is_moe:
-        moe_f, moe_b, moe_down = _moe_mlp_times(m, gpu, fp8, shard)
+        moe_f, moe_b, moe_down = _moe_mlp_times(m, gpu, fp8, shard, training.expert_gemm)
         dense_n, moe_n = m.layers - m.moe_layers, m.moe_layers
         mlp_f = (dense_n * dense_f + moe_n * moe_f) / m.layers
         mlp_b = (dense_n * dense_b + moe_n * moe_b) / m.layers
@@ -197,20 +197,31 @@ def _mlp_times(t: np.ndarray, width: np.ndarray, h: int, up: int, gpu: GPUSpec, 
     return f_up[0] + f_down[0], f_up[1] + f_down[1], f_down[0]
 
 
-def _moe_mlp_times(m: ModelSpec, gpu: GPUSpec, fp8: bool, shard: Shard
+def _moe_mlp_times(m: ModelSpec, gpu: GPUSpec, fp8: bool, shard: Shard, expert_gemm: str = "streams"
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Routed experts hold whole (not TP-split) weights, as Megatron-Core's expert tensor parallel size 1;
     the layer's tokens are split over TP ranks (sequence parallel) and routed across the EP group, so with
     balanced routing each of the E/ep local experts sees tokens x top_k x ep / E rows (Lepikhin et al. 2020).
-    The local experts' GEMMs run as one grouped GEMM per projection and pass (Megatron-Core's TEGroupedMLP /
-    moe_grouped_gemm, torchtitan's torch._grouped_mm, DeepSeek's DeepGEMM)."""
+    The local experts' GEMMs of each projection and pass run as one grouped GEMM (training.expert_gemm "grouped":
+    torchtitan's torch._grouped_mm, DeepGEMM) or, under Transformer Engine ("streams"), as one GEMM per expert over
+    TE_GEMM_STREAMS concurrent streams: rounds of that many experts, each round sharing the SMs' waves."""
     up = 2 if m.gated_mlp else 1
     h, fe = m.hidden, m.expert_ffn_hidden
     tokens = shard.tokens(m) / shard.tp
     rows = np.maximum(1.0, tokens * m.top_k * shard.ep / m.experts)
-    local_experts = m.experts / shard.ep
-    e_up = gemm_fwd_bwd(rows, up * fe, h, gpu, fp8, local_experts)
-    e_down = gemm_fwd_bwd(rows, h, fe, gpu, fp8, local_experts)
+    local_experts = np.asarray(m.experts / shard.ep, dtype=float)
+
+    def experts(m_: np.ndarray, n_: float, k_: float) -> tuple[np.ndarray, np.ndarray]:
+        if expert_gemm == "grouped":
+            return gemm_fwd_bwd(m_, n_, k_, gpu, fp8, local_experts)
+        rounds = np.floor(local_experts / C.TE_GEMM_STREAMS)
+        rest = local_experts - rounds * C.TE_GEMM_STREAMS
+        full = gemm_fwd_bwd(m_, n_, k_, gpu, fp8, C.TE_GEMM_STREAMS)
+        last = gemm_fwd_bwd(m_, n_, k_, gpu, fp8, np.maximum(rest, 1.0))
+        return tuple(rounds * f + np.where(rest > 0, l, 0.0) for f, l in zip(full, last))
+
+    e_up = experts(rows, up * fe, h)
+    e_down = experts(rows, h, fe)
     router = gemm_fwd_bwd(shard.tokens(m), m.experts, h, gpu, False)
     fwd = e_up[0] + e_down[0] + router[0]
     bwd = e_up[1] + e_down[1] + router[1]

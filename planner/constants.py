@@ -53,6 +53,10 @@ ELEMENTWISE_BACKWARD_FACTOR = 1.35
 # dropout reads dy and the mask, writes dx).
 SOFTMAX_DROPOUT_BYTES = (9.0, 11.0)
 SOFTMAX_BYTES = (4.0, 6.0)  # without dropout
+# Transformer Engine runs a grouped linear layer's per-expert cuBLAS GEMMs round-robin over this many CUDA streams
+# (nvte_multi_stream_cublas_gemm and nvte_get_num_compute_streams, transformer_engine/common: 4 compute streams), so
+# the tiles of that many experts share the SMs' waves (training.expert_gemm "streams").
+TE_GEMM_STREAMS = 4
 # Kernels per transformer layer in the forward pass (Megatron fused kernels: norm, QKV, rotary or none,
 # attention 1-3, projection, bias-dropout-add, norm, MLP up, activation, MLP down, bias-dropout-add).
 KERNELS_PER_LAYER_FORWARD = 12
@@ -164,7 +168,9 @@ HOST_COPY_EFFICIENCY = 0.8
 # 2.11: separate FP8 linears (wq, wk, wv; w1, w3) each cast the input they share, unless tensorwise sequence
 # parallelism cast it once before the gather.
 # Also 2.11: training.cross_entropy (PyTorch's eager cross-entropy on fp32 logits holds 12 bytes a logit, not 4).
-ENGINE_VERSION = "2.11"
+# 2.12: MoE experts' GEMMs grouped (training.expert_gemm: Transformer Engine's 4 streams or one grouped kernel);
+# Blackwell Ultra's catalog constants (GB300 sustained clock at 1,400 W, doubled SFU throughput in attention).
+ENGINE_VERSION = "2.12"
 
 
 def as_dict() -> dict[str, float]:

@@ -26,6 +26,7 @@ FABRIC_KINDS = ("infiniband", "roce", "ethernet", "efa")
 ATTENTION_KERNELS = ("flash", "cudnn", "triton", "unfused")
 ELEMENTWISE_MODES = ("fused", "eager")
 EP_DISPATCH = ("all_to_all", "dedup")
+EXPERT_GEMMS = ("streams", "grouped")
 FP8_RECIPES = ("tensorwise", "rowwise", "blockwise")
 ZERO_GRANULARITIES = ("bucket", "layer")
 GRAD_REDUCE_DTYPES = ("fp32", "bf16")
@@ -107,6 +108,11 @@ TRAINING_FIELDS = (
     Field("ep_dispatch", str, "all_to_all", choices=EP_DISPATCH,
           help="MoE token dispatch: all_to_all (a copy per routed expert) or dedup (DeepEP/HybridEP: one copy per "
                "remote NVLink domain, fanned out over NVLink)."),
+    Field("expert_gemm", str, "streams", choices=EXPERT_GEMMS,
+          help="How a GPU runs its local experts' GEMMs: streams (Transformer Engine's GroupedLinear under "
+               "Megatron-Core --moe-grouped-gemm: one cuBLAS GEMM per expert, spread over 4 CUDA streams, so the "
+               "tiles of 4 experts share the SMs' waves) or grouped (one grouped-GEMM kernel over every local "
+               "expert: torch._grouped_mm in torchtitan, DeepGEMM, CUTLASS grouped GEMM)."),
     Field("pp_comm_overlap", bool, True,
           help="With virtual pipeline stages: send and receive each chunk's activations while the next chunk "
                "computes (Megatron-Core's interleaved schedule, overlap_p2p_comm, its default); off = every "
@@ -314,6 +320,7 @@ class TrainingSpec:
     fp8_param_gather: bool = False
     fp8_weight_cache: bool = False
     ep_dispatch: str = "all_to_all"
+    expert_gemm: str = "streams"
     fp8_recipe: str = "tensorwise"
     cp_load_balance: bool = True
     zero_granularity: str = "bucket"

@@ -55,6 +55,13 @@ def _model(job: Job, arg, em: Emitter) -> None:
             arg("--moe-shared-expert-intermediate-size", m.shared_experts * m.expert_ffn_hidden)
         if m.dense_layers:  # a Python list expression Megatron evaluates: 0 = dense layer, 1 = MoE layer
             arg("--moe-layer-freq", f"'([0]*{m.dense_layers}+[1]*{m.layers - m.dense_layers})'")
+        # The local experts' GEMMs through Transformer Engine's GroupedLinear (training.expert_gemm "streams"),
+        # Megatron-Core's only grouped path since its legacy GroupedMLP went.
+        arg("--moe-grouped-gemm")
+        if job.spec.training.expert_gemm == "grouped":
+            em.note("the plan costs the local experts' GEMMs as one grouped-GEMM kernel (training.expert_gemm "
+                    "grouped); Megatron-Core's --moe-grouped-gemm runs Transformer Engine's GroupedLinear, one GEMM "
+                    "per expert over 4 CUDA streams (expert_gemm streams), slower where experts are many and small")
     em.note(f"vocabulary {m.vocab}: comes from the tokenizer (--tokenizer-type and its model file)")
 
 

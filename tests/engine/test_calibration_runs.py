@@ -204,6 +204,15 @@ def test_a_published_throughput_is_converted_with_the_flops_it_counts(kind, coun
     assert measured_step_time(row, spec) == pytest.approx(flops / (400e12 * 8))
 
 
+def test_the_experts_gemms_run_as_the_rows_stack_runs_them(catalog):
+    """Megatron-Core's MoE runs Transformer Engine's GroupedLinear (per-expert GEMMs over 4 streams); a PyTorch-
+    native stack (torchtitan) runs torch._grouped_mm."""
+    by_id = {r["id"]: r for r in ROWS}
+    assert row_to_spec_doc(by_id["mcore_moe_qwen3_30b_h100_bf16_32gpu_tp1pp1ep8"], catalog)["training"][
+        "expert_gemm"] == "streams"
+    assert row_to_spec_doc(by_id["tt24_t1_8b_g8_fsdp"], catalog)["training"]["expert_gemm"] == "grouped"
+
+
 def test_deepspeeds_pipeline_runs_plain_1f1b_and_reduces_after_the_batch(catalog):
     """DeepSpeed's pipeline engine has no virtual stages and reduces gradients after the last backward
     (TrainSchedule: ReduceGrads on the last step): a Megatron-DeepSpeed row that states no virtual stages is pinned

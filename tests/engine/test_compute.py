@@ -63,6 +63,30 @@ def test_a_grouped_gemm_quantizes_only_its_last_wave_and_launches_once(h100):
     assert float(gemm_time(128 * 12, n, k, gpu, groups=8)) == pytest.approx(8 * full_wave - 7 * launch, rel=1e-9)
 
 
+def test_transformer_engine_runs_the_experts_in_rounds_of_four_streams(catalog):
+    """Mixtral-style MoE with 64 experts on one GPU and small per-expert GEMMs: Transformer Engine's four streams
+    (training.expert_gemm "streams") fill fewer waves than one grouped kernel over all 64; with 4 local experts the
+    two are the same kernel count and waves."""
+    from planner.compute import _moe_mlp_times
+    doc = {"model": {"name": "moe", "layers": 8, "hidden": 4096, "heads": 32, "vocab": 32000, "seq_len": 4096,
+                     "experts": 64, "top_k": 2, "expert_ffn_hidden": 1024, "gated_mlp": True},
+           "training": {"global_batch": 64},
+           "cluster": {"num_gpus": 8, "gpu": "H100 SXM5 80GB", "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"}}
+    spec = parse_spec(doc, catalog)
+    gpu = spec.cluster.gpu
+
+    def shard(ep):
+        return Shard(tp=np.array([1.0]), cp=np.array([1.0]), ep=np.array([float(ep)]), micro_batch=np.array([1.0]),
+                     sp=np.array([False]))
+    streams = _moe_mlp_times(spec.model, gpu, False, shard(1), "streams")
+    grouped = _moe_mlp_times(spec.model, gpu, False, shard(1), "grouped")
+    # 128 rows an expert: both stream every expert's weights, and four at a time also leave most SMs idle
+    assert float(streams[0][0]) > 1.2 * float(grouped[0][0])
+    assert float(streams[1][0]) > float(grouped[1][0])
+    four = [_moe_mlp_times(spec.model, gpu, False, shard(16), how) for how in ("streams", "grouped")]
+    assert float(four[0][0][0]) == pytest.approx(float(four[1][0][0]))
+
+
 def test_a_skinny_gemm_is_memory_bound(h100):
     gpu = h100.cluster.gpu
     m, n, k = 8, 16384, 16384

@@ -2,6 +2,8 @@
 framework's kept list holds; the SLURM/torchrun ranks put every TP group inside one NVLink domain."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import re
 import shlex
@@ -308,6 +310,20 @@ def test_moe_exports_keep_the_experts_whole_as_the_plan_costs_them():
 
     spec, entry = small_plan(H100_32, {"tp": 2, "pp": 1})  # dense: no expert flags at all
     assert "--expert-tensor-parallel-size" not in megatron_args(launch_config(spec, entry, "megatron").text)
+    assert "--moe-grouped-gemm" not in megatron_args(launch_config(spec, entry, "megatron").text)
+
+
+def test_megatron_runs_the_experts_gemms_as_the_plan_costs_them():
+    """training.expert_gemm: streams is Transformer Engine's GroupedLinear (--moe-grouped-gemm), Megatron-Core's
+    only grouped path; a plan costed with one grouped kernel says that Megatron runs the streams."""
+    spec, entry = moe_plan({"tp": 1, "pp": 1, "ep": 8})
+    export = launch_config(spec, entry, "megatron")
+    assert "--moe-grouped-gemm" in megatron_args(export.text)
+    assert not any("expert_gemm" in n for n in export.notes)
+    spec = replace(spec, training=replace(spec.training, expert_gemm="grouped"))
+    export = launch_config(spec, entry, "megatron")
+    assert "--moe-grouped-gemm" in megatron_args(export.text)
+    assert any("expert_gemm streams" in n for n in export.notes)
 
 
 def test_deepspeed_carries_the_zero_stage_and_says_where_tp_and_pp_go():
