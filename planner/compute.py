@@ -32,8 +32,8 @@ def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bo
     over the SMs (NVIDIA, "Matrix Multiplication Background User's Guide": tile and wave quantization), taking
     the best of the usual tile shapes. A grouped GEMM pads each group's tiles but schedules all groups' tiles
     over the SMs together, so only its last wave is partial, and it launches once (CUTLASS grouped GEMM's
-    persistent tile scheduler; cuBLASLt grouped GEMM under Transformer Engine's GroupedLinear). Memory moves both
-    inputs once (1-byte FP8 or 2-byte) and a 2-byte output.
+    persistent tile scheduler, as in torch._grouped_mm and DeepGEMM; GEMMs on concurrent streams share the waves
+    the same way, see _moe_mlp_times). Memory moves both inputs once (1-byte FP8 or 2-byte) and a 2-byte output.
     """
     m, n, k, g = (np.asarray(x, dtype=float) for x in (m, n, k, groups))
     peak = achievable_gemm_flops(gpu, fp8)
