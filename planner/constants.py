@@ -169,7 +169,8 @@ HOST_COPY_EFFICIENCY = 0.8
 # parallelism cast it once before the gather.
 # Also 2.11: training.cross_entropy (PyTorch's eager cross-entropy on fp32 logits holds 12 bytes a logit, not 4).
 # 2.12: MoE experts' GEMMs grouped (training.expert_gemm: Transformer Engine's 4 streams or one grouped kernel);
-# Blackwell Ultra's catalog constants (GB300 sustained clock at 1,400 W, doubled SFU throughput in attention).
+# Blackwell Ultra's catalog constants (GB300 sustained clock at 1,400 W, doubled SFU throughput in attention);
+# model.residual_streams (hyper-connections, DeepSeek-V4's mHC: n residual streams' traffic and memory).
 ENGINE_VERSION = "2.12"
 
 

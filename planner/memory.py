@@ -109,13 +109,17 @@ def activation_bytes_per_token(m: ModelSpec, training: TrainingSpec, lay: Layout
     flash = training.attention != "unfused"  # fused kernels (flash, cudnn, triton) never store the s x s squares
     squares = np.zeros(len(lay)) if flash else (5.0 if dropout else 2.0) * m.heads * m.seq_len / tp
     dispatched = _dispatched_tokens(m, training) / tp
-    per_token = replicated + split + fp8_split + squares + dispatched
+    # Hyper-connections keep n residual streams: the backward needs the n - 1 extra streams each block mixed,
+    # 2-byte, before each of the layer's two blocks (computed again with full recomputation, as the layer input is).
+    streams = 2.0 * 2.0 * (m.residual_streams - 1) * h
+    streams = np.where(lay.sp, streams / tp, streams)
+    per_token = replicated + split + fp8_split + squares + dispatched + streams
     # Selective recomputation: with unfused attention it repeats the attention core and drops the squares
     # (Korthikanti et al. 2022, sec. 5); flash attention never stores them, and selective recomputation there
     # repeats the element-wise ops and part of the GEMMs instead (_selective_flash). Neither repeats the
     # all-to-all, so the dispatched tokens stay.
-    selective = np.where(flash, _selective_flash(m, lay) + dispatched, per_token - squares)
-    full = np.where(lay.sp, 2.0 * h / tp, 2.0 * h)
+    selective = np.where(flash, _selective_flash(m, lay) + dispatched + streams, per_token - squares)
+    full = np.where(lay.sp, 2.0 * m.residual_streams * h / tp, 2.0 * m.residual_streams * h)
     # Recomputing part of the layers (Megatron's block method) keeps the others' activations whole.
     stored = np.where(lay.recompute == RECOMPUTE_CODES["selective"], selective,
                       lay.full_share * full + (1.0 - lay.full_share) * per_token)

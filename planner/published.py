@@ -154,6 +154,8 @@ def _model_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None) -> dic
     for key in ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "dense_layers"):
         if row.get(key):
             model[key] = row[key]
+    if rt.affirmed(r"\bmhc\b|hyper[- ]connections?", notes):
+        model["residual_streams"] = rt.hyper_connection_streams(notes)
     return model
 
 

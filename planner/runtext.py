@@ -58,6 +58,13 @@ def deepspeed_stack(row: dict[str, Any]) -> bool:
                                           "pipeline_schedule"))
 
 
+def hyper_connection_streams(text: str) -> int:
+    """The residual streams a row's hyper-connections keep: the expansion rate it states ("expansion rate 4",
+    "n = 4", "hc_mult 4"), else mHC's 4 (DeepSeek-V4's, and the mHC paper's runs, Xie et al. 2025)."""
+    stated = re.search(r"(?:expansion[- ]rate|hc[-_ ]mult|residual streams?|\bn)\s*[:=]?\s*(\d+)", text)
+    return int(stated.group(1)) if stated else 4
+
+
 def stated_off(switch: str, text: str) -> bool:
     """Whether the text sets the switch (a regex) off: "tp_comm_overlap: False", "activation_checkpointing=off",
     "overlap_moe_expert_parallel_comm false", "... disabled", "... no", "... 0"."""

@@ -71,6 +71,9 @@ MODEL_FIELDS = (
     Field("shared_experts", int, 0, lo=0, hi=64, help="Always-active shared experts per MoE layer (DeepSeek)."),
     Field("dense_layers", int, 0, lo=0, hi=2048, help="Leading layers with a dense MLP in an MoE model."),
     Field("tied_embeddings", bool, False, help="Input and output embeddings share one matrix."),
+    Field("residual_streams", int, 1, lo=1, hi=16,
+          help="Parallel residual streams per token (hyper-connections: DeepSeek-V4's mHC keeps 4, mixed before and "
+               "after every attention and MLP block); 1 = the ordinary residual."),
     Field("dropout", bool, None,
           help="Dropout after attention and MLP (keeps 1-byte masks, streams more bytes). Default: on for a "
                "non-gated (GPT-style) MLP, as Megatron GPT; off for Llama-style models (MPT sets 0 too)."),
@@ -293,6 +296,7 @@ class ModelSpec:
     dense_layers: int
     tied_embeddings: bool
     dropout: bool = True
+    residual_streams: int = 1
 
     @property
     def is_moe(self) -> bool:

@@ -213,6 +213,14 @@ def test_the_experts_gemms_run_as_the_rows_stack_runs_them(catalog):
     assert row_to_spec_doc(by_id["tt24_t1_8b_g8_fsdp"], catalog)["training"]["expert_gemm"] == "grouped"
 
 
+def test_deepseek_v4_keeps_mhcs_four_residual_streams(catalog):
+    by_id = {r["id"]: r for r in ROWS}
+    v4 = row_to_spec_doc(by_id["mcore_moe_deepseek_v4_flash_gb200_mxfp8_sl4k_128gpu_tp1pp1ep64"], catalog)
+    assert v4["model"]["residual_streams"] == 4
+    v3 = row_to_spec_doc(by_id["mcore_moe_deepseek_v3_gb200_mxfp8_256gpu_tp1pp4ep64"], catalog)
+    assert "residual_streams" not in v3["model"]
+
+
 def test_deepspeeds_pipeline_runs_plain_1f1b_and_reduces_after_the_batch(catalog):
     """DeepSpeed's pipeline engine has no virtual stages and reduces gradients after the last backward
     (TrainSchedule: ReduceGrads on the last step): a Megatron-DeepSpeed row that states no virtual stages is pinned

@@ -1,6 +1,8 @@
 """The compute-time model: shape-, precision- and bandwidth-dependent, not a constant rate."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -85,6 +87,18 @@ def test_transformer_engine_runs_the_experts_in_rounds_of_four_streams(catalog):
     assert float(streams[1][0]) > float(grouped[1][0])
     four = [_moe_mlp_times(spec.model, gpu, False, shard(16), how) for how in ("streams", "grouped")]
     assert float(four[0][0][0]) == pytest.approx(float(four[1][0][0]))
+
+
+def test_hyper_connections_stream_the_extra_residuals(h100):
+    """n residual streams: 3(n-1)h + 2h more 2-byte elements a block, two blocks a layer; without SP every TP rank
+    streams them, with SP each its share."""
+    m = h100.model
+    shard = Shard(tp=np.array([1.0, 8.0]), cp=np.array([1.0, 1.0]), ep=np.array([1.0, 1.0]),
+                  micro_batch=np.array([1.0, 1.0]), sp=np.array([False, True]))
+    one = elementwise_bytes(m, h100.training, shard)
+    four = elementwise_bytes(replace(m, residual_streams=4), h100.training, shard)
+    extra = 2.0 * 2.0 * (3 * 3 + 2) * m.hidden
+    assert four - one == pytest.approx(np.array([extra, extra / 8]))
 
 
 def test_a_skinny_gemm_is_memory_bound(h100):

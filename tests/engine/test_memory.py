@@ -43,6 +43,21 @@ def test_flash_attention_never_stores_the_score_matrix(gpt3_doc):
     assert stored[0] == pytest.approx(34 / 8 * 12288)
 
 
+@pytest.mark.parametrize("axes, extra", [
+    (dict(tp=8, sp=True, recompute="none"), 2 * 2 * 3 / 8),   # the 3 extra streams at both blocks, split by SP
+    (dict(tp=8, recompute="none"), 2 * 2 * 3),
+    (dict(tp=8, sp=True, recompute="full"), 2 * 3 / 8),       # the layer input is 4 streams, not 1
+])
+def test_hyper_connections_keep_their_extra_streams(gpt3_doc, axes, extra):
+    one = parse_spec(gpt3_doc)
+    gpt3_doc["model"]["residual_streams"] = 4
+    four = parse_spec(gpt3_doc)
+    lay = layouts(**axes)
+    stored_one, _ = activation_bytes_per_token(one.model, one.training, lay)
+    stored_four, _ = activation_bytes_per_token(four.model, four.training, lay)
+    assert stored_four[0] - stored_one[0] == pytest.approx(extra * 12288)
+
+
 def test_gqa_gated_activations(catalog, gpt3_doc):
     gpt3_doc["model"] = dict(catalog["model"]["Llama 3 70B"])
     spec = parse_spec(gpt3_doc, catalog)

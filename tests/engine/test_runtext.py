@@ -313,3 +313,12 @@ def test_tp_overlap_is_on_only_where_the_row_says_so(notes, overlap):
 ])
 def test_a_deepspeed_run_is_one_that_names_deepspeed_as_used(row, deepspeed):
     assert rt.deepspeed_stack(row) is deepspeed
+
+
+@pytest.mark.parametrize("text, streams", [
+    ("multi_latent_attention; mhc (use_fused_mhc true); mtp layers 1", 4),
+    ("hyper-connections with expansion rate 2", 2),
+    ("manifold-constrained hyper-connections, n = 4", 4),
+])
+def test_hyper_connections_keep_the_streams_the_row_states(text, streams):
+    assert rt.hyper_connection_streams(text) == streams
