@@ -192,6 +192,7 @@ class ModelPreset(CatalogRow):
     dense_layers = models.PositiveIntegerField(default=0)
     tied_embeddings = models.BooleanField(default=False)
     dropout = models.BooleanField(null=True, blank=True)  # empty: the engine's default (on for GPT-style models)
+    residual_streams = models.PositiveIntegerField(default=1)  # hyper-connections (DeepSeek-V4's mHC: 4)
 
 
 CATALOG_MODELS: dict[str, type[CatalogRow]] = {
