@@ -313,7 +313,7 @@ def elementwise_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> np.
         split_elems = split_elems + rotary * (h + kv_dim(m)) / tp           # rotary on Q and K
     if m.is_moe:
         split_elems = split_elems + 4.0 * m.top_k * h / tp * m.moe_layers / m.layers  # dispatch + combine copies
-    # Hyper-connections (Zhu et al. 2024; DeepSeek's mHC, Xie et al. 2025, arXiv 2512.24880) keep n residual
+    # Hyper-connections (ByteDance, Zhu et al. 2024; DeepSeek-AI's mHC, arXiv 2025-12-31) keep n residual
     # streams of h: before each of the layer's two blocks a fused kernel reads the n streams to build the block's
     # input (writes h), and after it reads them with the block's output and writes n mixed streams. Against a
     # plain residual add (read 2h, write h) that is 3(n-1)h + 2h more elements a block.

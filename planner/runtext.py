@@ -60,7 +60,7 @@ def deepspeed_stack(row: dict[str, Any]) -> bool:
 
 def hyper_connection_streams(text: str) -> int:
     """The residual streams a row's hyper-connections keep: the expansion rate it states ("expansion rate 4",
-    "n = 4", "hc_mult 4"), else mHC's 4 (DeepSeek-V4's, and the mHC paper's runs, Xie et al. 2025)."""
+    "n = 4", "hc_mult 4"), else mHC's 4 (DeepSeek-V4's, and the runs of DeepSeek-AI's mHC paper, 2025)."""
     stated = re.search(r"(?:expansion[- ]rate|hc[-_ ]mult|residual streams?|\bn)\s*[:=]?\s*(\d+)", text)
     return int(stated.group(1)) if stated else 4
 
