@@ -303,14 +303,14 @@ def measured_step_time(row: dict[str, Any], spec: PlanSpec) -> float | None:
     if row.get("tokens_per_sec_per_gpu"):
         return tokens / (row["tokens_per_sec_per_gpu"] * n)
     model_flops = model_flops_per_step(spec.model, spec.training.global_batch)
-    if "causal" in (row.get("tflops_kind") or "").lower():
+    kind = (row.get("tflops_kind") or "").lower()
+    if "causal" in kind and not re.search(r"\bnot\s+halved|causal[^.;,]{0,20}\bnot\b", kind):
         # The row counts only the unmasked half of the attention square (model.flops_per_token counts all of it).
         half_attention = 3 * 0.5 * flops_per_token(spec.model).attention_per_layer * spec.model.layers
         model_flops -= half_attention * spec.training.global_batch * spec.model.seq_len
     if row.get("mfu_percent"):
         return model_flops / (row["mfu_percent"] / 100 * spec.cluster.gpu.peak_tflops * 1e12 * n)
     if row.get("tflops_per_gpu"):
-        kind = (row.get("tflops_kind") or "").lower()
         recompute = spec.layout.recompute or "none"
         # Hardware FLOPs where the row counts the recomputation (Narayanan et al. 2021, eq. 3); model FLOPs where it
         # says it does not ("recompute not counted", "activation recompute NOT counted").
