@@ -162,7 +162,7 @@ def _model_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None) -> dic
 def _layout_doc(row: dict[str, Any], model: dict[str, Any], catalog: Catalog) -> dict[str, Any]:
     layout = {k: row.get(k) if row.get(k) is not None else _derived(row, f"derived_{k}")
               for k in ("tp", "pp", "dp", "cp", "ep", "micro_batch")}
-    interleaved = "interleaved" in (row.get("pipeline_schedule") or "").lower()
+    interleaved = rt.affirmed(r"interleaved", (row.get("pipeline_schedule") or "").lower())  # not "non-interleaved"
     vp = row.get("vp") or _derived(row, "derived_vp") or (interleaved and _derived(row, "derived_chunks_per_stage"))
     schedule = (row.get("pipeline_schedule") or "").lower()
     layout["vpp"] = rt.first_int(vp) or (1 if "1f1b" in schedule and not interleaved else None)

@@ -223,6 +223,15 @@ def test_deepseek_v4_keeps_mhcs_four_residual_streams(catalog):
     assert "residual_streams" not in v3["model"]
 
 
+@pytest.mark.parametrize("schedule, vpp", [("interleaved 1F1B", None), ("non-interleaved 1F1B", 1),
+                                           ("1F1B (doc)", 1), ("", None)])
+def test_a_schedule_named_non_interleaved_has_no_virtual_stages(catalog, schedule, vpp):
+    row = {"id": "x", "model": "GPT", "layers": 24, "hidden": 2048, "heads": 16, "vocab": 50304, "seq_len": 2048,
+           "gpu_type": "A100 80GB", "precision": "BF16", "gpus": 32, "tp": 1, "pp": 4, "dp": 8, "micro_batch": 1,
+           "global_batch": 256, "pipeline_schedule": schedule, "step_time_s": 1.0}
+    assert row_to_spec_doc(row, catalog)["layout"].get("vpp") == vpp
+
+
 def test_deepspeeds_pipeline_runs_plain_1f1b_and_reduces_after_the_batch(catalog):
     """DeepSpeed's pipeline engine has no virtual stages and reduces gradients after the last backward
     (TrainSchedule: ReduceGrads on the last step): a Megatron-DeepSpeed row that states no virtual stages is pinned
