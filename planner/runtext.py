@@ -241,10 +241,10 @@ def precision(row: dict[str, Any], gpu: str) -> str:
     "fp16", "16-bit" or unstated on V100/A100 -> fp16 (Megatron trained GPT in fp16 until 2021; only the gradient
     width, 2 vs 4 bytes, differs in the model)."""
     text = (row.get("precision") or "").lower()
-    if "fp4" in text:  # NVFP4 / MXFP4 GEMMs: costing them at 16 bits would be far too slow, and silently so
+    if affirmed(r"[a-z]*fp4", text):  # NVFP4 / MXFP4 GEMMs: costing them at 16 bits would be far too slow, silently so
         raise SpecError.one("precision", f"{row.get('precision')!r}: the engine has no 4-bit precision "
                                          f"(one of {', '.join(PRECISIONS)})")
-    if "fp8" in text or "float8" in text:
+    if affirmed(r"[a-z]*fp8|float8", text):  # not "BF16 (no FP8)"
         return "fp8"
     if "bf16" in text:
         return "bf16"

@@ -322,3 +322,11 @@ def test_a_deepspeed_run_is_one_that_names_deepspeed_as_used(row, deepspeed):
 ])
 def test_hyper_connections_keep_the_streams_the_row_states(text, streams):
     assert rt.hyper_connection_streams(text) == streams
+
+
+@pytest.mark.parametrize("text, precision", [
+    ("MXFP8 (fp8_recipe mxfp8)", "fp8"), ("BF16 (no FP8)", "bf16"), ("bf16, without float8", "bf16"),
+    ("FP8 current scaling; not NVFP4", "fp8"), ("Float8 linears via torchao", "fp8"),
+])
+def test_a_precision_the_row_says_it_did_not_use_is_not_its_precision(text, precision):
+    assert rt.precision({"precision": text}, "H100 SXM5 80GB") == precision
