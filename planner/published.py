@@ -228,7 +228,7 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
                          "pp_comm_overlap": rt.pp_overlap(row),
                          "activation_offload_layers": rt.offload_layers(row),
                          "expandable_segments": rt.expandable_segments(row),
-                         "ep_dispatch": "dedup" if any(w in notes for w in ("deepep", "hybridep")) else "all_to_all",
+                         "ep_dispatch": "dedup" if rt.affirmed(r"deepep|hybridep", notes) else "all_to_all",
                          # torchtitan's MoE runs torch._grouped_mm; Megatron-Core, Transformer Engine's GroupedLinear
                          "expert_gemm": "grouped" if rt.native_stack(row) else "streams"},
             "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},

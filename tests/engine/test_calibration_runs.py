@@ -215,6 +215,14 @@ def test_the_experts_gemms_run_as_the_rows_stack_runs_them(catalog):
     assert row_to_spec_doc(by_id["tt24_t1_8b_g8_fsdp"], catalog)["training"]["expert_gemm"] == "grouped"
 
 
+@pytest.mark.parametrize("notes, dispatch", [("dispatcher flex/hybridep", "dedup"), ("DeepEP; EP overlap", "dedup"),
+                                             ("alltoall dispatcher, no DeepEP", "all_to_all"), ("", "all_to_all")])
+def test_the_token_dispatch_is_the_one_the_row_names(catalog, notes, dispatch):
+    by_id = {r["id"]: r for r in ROWS}
+    row = {**by_id["mcore_moe_qwen3_30b_h100_bf16_32gpu_tp1pp1ep8"], "notes": notes}
+    assert row_to_spec_doc(row, catalog)["training"]["ep_dispatch"] == dispatch
+
+
 def test_deepseek_v4_keeps_mhcs_four_residual_streams(catalog):
     by_id = {r["id"]: r for r in ROWS}
     v4 = row_to_spec_doc(by_id["mcore_moe_deepseek_v4_flash_gb200_mxfp8_sl4k_128gpu_tp1pp1ep64"], catalog)
