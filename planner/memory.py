@@ -119,7 +119,10 @@ def activation_bytes_per_token(m: ModelSpec, training: TrainingSpec, lay: Layout
     # repeats the element-wise ops and part of the GEMMs instead (_selective_flash). Neither repeats the
     # all-to-all, so the dispatched tokens stay.
     selective = np.where(flash, _selective_flash(m, lay) + dispatched + streams, per_token - squares)
-    full = np.where(lay.sp, 2.0 * m.residual_streams * h / tp, 2.0 * m.residual_streams * h)
+    # The layer input full recomputation keeps: a TP-th of it on each rank with sequence parallelism, or where the
+    # stack partitions the saved inputs over the TP ranks (training.partition_activations).
+    split_input = lay.sp | training.partition_activations
+    full = np.where(split_input, 2.0 * m.residual_streams * h / tp, 2.0 * m.residual_streams * h)
     # Recomputing part of the layers (Megatron's block method) keeps the others' activations whole.
     stored = np.where(lay.recompute == RECOMPUTE_CODES["selective"], selective,
                       lay.full_share * full + (1.0 - lay.full_share) * per_token)

@@ -230,7 +230,8 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
                          "expandable_segments": rt.expandable_segments(row),
                          "ep_dispatch": "dedup" if rt.affirmed(r"deepep|hybridep", notes) else "all_to_all",
                          # torchtitan's MoE runs torch._grouped_mm; Megatron-Core, Transformer Engine's GroupedLinear
-                         "expert_gemm": "grouped" if rt.native_stack(row) else "streams"},
+                         "expert_gemm": "grouped" if rt.native_stack(row) else "streams",
+                         "partition_activations": rt.partition_activations(row)},
             "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},
             "layout": _layout_doc(row, model, catalog)}))
 

@@ -65,6 +65,15 @@ def hyper_connection_streams(text: str) -> int:
     return int(stated.group(1)) if stated else 4
 
 
+def partition_activations(row: dict[str, Any]) -> bool:
+    """Whether the run split its checkpointed layer inputs over the TP ranks: Megatron-LM's
+    --distribute-saved-activations (formerly --distribute-checkpointed-activations), DeepSpeed's
+    partition_activations (Megatron-DeepSpeed --partition-activations), metaseq's distribute_checkpointed_activations."""
+    text = text_of(row, *SETTINGS_FIELDS)
+    switch = r"partition[-_ ]activations|distribute[-_ ](?:saved|checkpointed)[-_ ]activations"
+    return affirmed(switch, text) and not stated_off(switch, text)
+
+
 def stated_off(switch: str, text: str) -> bool:
     """Whether the text sets the switch (a regex) off: "tp_comm_overlap: False", "activation_checkpointing=off",
     "overlap_moe_expert_parallel_comm false", "... disabled", "... no", "... 0"."""

@@ -116,6 +116,12 @@ TRAINING_FIELDS = (
                "Megatron-Core --moe-grouped-gemm: one cuBLAS GEMM per expert, spread over 4 CUDA streams, so the "
                "tiles of 4 experts share the SMs' waves) or grouped (one grouped-GEMM kernel over every local "
                "expert: torch._grouped_mm in torchtitan, DeepGEMM, CUTLASS grouped GEMM)."),
+    Field("partition_activations", bool, False,
+          help="With full recomputation, TP > 1 and no sequence parallelism: split each layer's saved input over the "
+               "TP ranks and all-gather it before the layer is recomputed (Megatron --distribute-saved-activations, "
+               "DeepSpeed activation_checkpointing.partition_activations, metaseq "
+               "--distribute-checkpointed-activations): a TP-th of those activations, one more TP all-gather a layer "
+               "in the backward."),
     Field("pp_comm_overlap", bool, True,
           help="With virtual pipeline stages: send and receive each chunk's activations while the next chunk "
                "computes (Megatron-Core's interleaved schedule, overlap_p2p_comm, its default); off = every "
@@ -325,6 +331,7 @@ class TrainingSpec:
     fp8_weight_cache: bool = False
     ep_dispatch: str = "all_to_all"
     expert_gemm: str = "streams"
+    partition_activations: bool = False
     fp8_recipe: str = "tensorwise"
     cp_load_balance: bool = True
     zero_granularity: str = "bucket"

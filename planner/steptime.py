@@ -214,9 +214,14 @@ def _tp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
     # their scales; torchao's Float8ColwiseParallel casts before the all-gather); reductions stay 16-bit. torchao's
     # rowwise recipe gathers in 16 bits.
     fp8_gather = spec.training.precision == "fp8" and spec.training.fp8_recipe != "rowwise"
+    # Partitioned saved inputs (training.partition_activations) are gathered back over the TP ranks before each
+    # fully recomputed layer, synchronously (Megatron's CheckpointFunction: gather_split_1d_tensor).
+    partitioned = np.where(spec.training.partition_activations & ~lay.sp, lay.full_share * n * micro, 0.0)
     colls = [_collective(spec, placement, "tp", "all_reduce", nbytes, plain),
              _collective(spec, placement, "tp", "reduce_scatter", nbytes, split),
              _collective(spec, placement, "tp", "all_gather", nbytes / 2.0 if fp8_gather else nbytes, gathers)]
+    if np.any(partitioned):
+        colls.append(_collective(spec, placement, "tp", "all_gather", nbytes, partitioned))
     if spec.training.tp_comm_overlap:
         rs, ag = colls[1], colls[2]
         per_rs, per_ag = (_share(c.time_s, c.calls) for c in (rs, ag))

@@ -39,6 +39,8 @@ def deepspeed(job: Job) -> tuple[str, Emitter]:
     if job.vpp > 1:
         em.note(f"{job.vpp} virtual stages per pipeline rank: DeepSpeed's pipeline engine runs one stage per rank "
                 f"(no interleaved schedule), so its bubble is {job.vpp} times the plan's")
+    if job.recompute == "full" and job.spec.training.partition_activations:
+        key("activation_checkpointing.partition_activations", True)
     if job.recompute != "none":
         share = f" of {job.recompute_fraction:.0%} of the layers" if job.recompute_fraction < 1 else ""
         em.note(f"{job.recompute} recompute{share}: done by the model code (deepspeed.checkpointing around each "

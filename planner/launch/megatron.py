@@ -118,6 +118,8 @@ def _batch_and_memory(job: Job, arg, em: Emitter) -> None:
         arg("--recompute-granularity", "full")
         arg("--recompute-method", "uniform")
         arg("--recompute-num-layers", 1)
+    if job.recompute == "full" and job.spec.training.partition_activations and not job.sequence_parallel:
+        arg("--distribute-saved-activations")  # the saved layer inputs split over the TP ranks
     if job.offload_layers:
         arg("--cpu-offloading-num-layers", job.offload_layers)
         if job.pp > 1 or job.recompute != "none":

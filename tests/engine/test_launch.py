@@ -313,6 +313,16 @@ def test_moe_exports_keep_the_experts_whole_as_the_plan_costs_them():
     assert "--moe-grouped-gemm" not in megatron_args(launch_config(spec, entry, "megatron").text)
 
 
+def test_partitioned_saved_inputs_reach_megatron_and_deepspeed():
+    spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1, "recompute": "full", "sequence_parallel": False},
+                             {"partition_activations": True})
+    assert "--distribute-saved-activations" in megatron_args(launch_config(spec, entry, "megatron").text)
+    ds = deepspeed_json(launch_config(spec, entry, "deepspeed").text)
+    assert ds["activation_checkpointing"]["partition_activations"] is True
+    spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1, "recompute": "full", "sequence_parallel": False})
+    assert "--distribute-saved-activations" not in megatron_args(launch_config(spec, entry, "megatron").text)
+
+
 def test_megatron_runs_the_experts_gemms_as_the_plan_costs_them():
     """training.expert_gemm: streams is Transformer Engine's GroupedLinear (--moe-grouped-gemm), Megatron-Core's
     only grouped path; a plan costed with one grouped kernel says that Megatron runs the streams."""

@@ -58,6 +58,17 @@ def test_hyper_connections_keep_their_extra_streams(gpt3_doc, axes, extra):
     assert stored_four[0] - stored_one[0] == pytest.approx(extra * 12288)
 
 
+def test_partitioned_saved_inputs_keep_a_tp_th_of_a_recomputed_layers_input(gpt3_doc):
+    """Megatron --distribute-saved-activations / DeepSpeed partition_activations: the 2-byte layer input full
+    recomputation keeps is split over the TP ranks, as sequence parallelism splits it."""
+    gpt3_doc["training"]["partition_activations"] = True
+    spec = parse_spec(gpt3_doc)
+    stored, _ = activation_bytes_per_token(spec.model, spec.training, layouts(tp=8, recompute="full"))
+    assert stored[0] == pytest.approx(2 / 8 * 12288)
+    stored, _ = activation_bytes_per_token(spec.model, spec.training, layouts(tp=8, recompute="none"))
+    assert stored[0] > 10 * 12288  # it changes nothing without full recomputation
+
+
 def test_gqa_gated_activations(catalog, gpt3_doc):
     gpt3_doc["model"] = dict(catalog["model"]["Llama 3 70B"])
     spec = parse_spec(gpt3_doc, catalog)

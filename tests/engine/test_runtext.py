@@ -330,3 +330,13 @@ def test_hyper_connections_keep_the_streams_the_row_states(text, streams):
 ])
 def test_a_precision_the_row_says_it_did_not_use_is_not_its_precision(text, precision):
     assert rt.precision({"precision": text}, "H100 SXM5 80GB") == precision
+
+
+@pytest.mark.parametrize("row, partitioned", [
+    ({"notes": "Megatron-DeepSpeed --checkpoint-activations --partition-activations"}, True),
+    ({"recompute": "full, distribute_checkpointed_activations"}, True),
+    ({"notes": "partition_activations: false"}, False),
+    ({"notes": "Megatron-LM full recomputation"}, False),
+])
+def test_partitioned_saved_inputs_as_the_row_states_them(row, partitioned):
+    assert rt.partition_activations(row) is partitioned

@@ -106,6 +106,26 @@ def test_a_pinned_layout_may_split_a_stage_unevenly_into_virtual_stages(catalog)
     assert {p["layout"]["vpp"] for p in searched["plans"]} <= {1, 2, 3, 6}
 
 
+def test_partitioned_saved_inputs_let_opt_175bs_layout_fit_and_cost_a_gather_a_layer(catalog):
+    """OPT-175B's layout (metaseq: TP 8 with FSDP over 124 ranks, no sequence parallelism, full recomputation,
+    8 sequences per replica) holds 96 layers' whole 2-byte inputs for 8 sequences unless the stack splits them over
+    the TP ranks (metaseq --distribute-checkpointed-activations); split, each recomputed layer first all-gathers
+    its input."""
+    doc = {"model": {"name": "OPT-175B", "layers": 96, "hidden": 12288, "heads": 96, "vocab": 50272,
+                     "seq_len": 2048, "tied_embeddings": True},
+           "training": {"global_batch": 992, "precision": "fp16", "zero_granularity": "layer"},
+           "cluster": {"num_gpus": 992, "gpu": "A100 SXM4 80GB", "node": "DGX A100",
+                       "fabric": "HDR InfiniBand fat tree"},
+           "layout": {"tp": 8, "pp": 1, "dp": 124, "cp": 1, "micro_batch": 8, "recompute": "full", "zero": 2,
+                      "sequence_parallel": False}}
+    whole = plan(parse_spec(doc, catalog))
+    assert whole["plans"] == [] and "out_of_memory" in whole["rejected_examples"]
+    doc["training"]["partition_activations"] = True
+    split = plan(parse_spec(doc, catalog))["plans"][0]
+    gathers = [c for c in split["comm"] if c["group"] == "tp" and c["collective"] == "all_gather"]
+    assert gathers and sum(c["calls_per_step"] for c in gathers) == 96 * 1
+
+
 def test_zero_2_and_3_are_never_planned_across_pipeline_stages(catalog, gpt3_answer):
     """No stack shards weights or gradients across pipeline micro-batches: a pinned ZeRO-3 with PP 8 is one rejection
     with the reason; the search counts the ones it leaves out and never ranks one."""
