@@ -197,7 +197,7 @@ def _mlp_times(t: np.ndarray, width: np.ndarray, h: int, up: int, gpu: GPUSpec, 
     return f_up[0] + f_down[0], f_up[1] + f_down[1], f_down[0]
 
 
-def _moe_mlp_times(m: ModelSpec, gpu: GPUSpec, fp8: bool, shard: Shard, expert_gemm: str = "streams"
+def _moe_mlp_times(m: ModelSpec, gpu: GPUSpec, fp8: bool, shard: Shard, expert_gemm: str
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Routed experts hold whole (not TP-split) weights, as Megatron-Core's expert tensor parallel size 1;
     the layer's tokens are split over TP ranks (sequence parallel) and routed across the EP group, so with
