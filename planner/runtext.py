@@ -503,12 +503,14 @@ def attention_kernel(row: dict[str, Any], gpu: str) -> str:
     pre_hopper = any(g in gpu for g in PRE_FLASH_GPUS)
     te_stack = TE_STACKS.search(text)
     named = [w for w in ("flash", "triton", "sdpa", "cudnn") if affirmed(w, text)]
+    if not pre_hopper and (CUDNN_ATTENTION.search(text) or (te_stack and not any(affirmed(re.escape(w), text)
+                                                                                     for w in NAMED_FLASH))):
+        # Before the "no flash" rule below: Transformer Engine with FlashAttention switched off (NVTE_FLASH_ATTN=0,
+        # "no flash attention") still runs its cuDNN FusedAttention on Hopper+, not an unfused softmax.
+        return "cudnn"
     if "flash" in text and not named:
         # "no flash attention", "without FlashAttention": the row names the kernel it did not run, and no other
         return "unfused"
-    if not pre_hopper and (CUDNN_ATTENTION.search(text) or (te_stack and not any(affirmed(re.escape(w), text)
-                                                                                     for w in NAMED_FLASH))):
-        return "cudnn"
     if "zero bubble" in text:
         # The Zero Bubble paper's runs (2023): its Megatron-LM fork's launch script of the paper's date
         # (sail-sg/zero-bubble-pipeline-parallelism 425b42e5, 2023-11-17, examples/pretrain_zero_bubble.sh: seq-length

@@ -31,6 +31,8 @@ FOUNDRY_2024 = "fsdp limit_all_gathers=true; attn_impl 'flash' for 1b/3b/7b/70b 
      "unfused"),
     ({"group": "F_x", "notes": "trained without FlashAttention"}, "H100 SXM5 80GB", "unfused"),
     ({"group": "F_x", "notes": "no FlashAttention-3; SDPA flash backend"}, "H100 SXM5 80GB", "flash"),
+    # Transformer Engine without FlashAttention still runs its cuDNN FusedAttention on Hopper+.
+    ({"notes": "Megatron-Core with Transformer Engine, no flash attention"}, "H100 SXM5 80GB", "cudnn"),
 ])
 def test_the_attention_kernel_is_the_one_the_row_names(row, gpu, kernel):
     assert rt.attention_kernel(row, gpu) == kernel
