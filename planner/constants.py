@@ -171,7 +171,9 @@ HOST_COPY_EFFICIENCY = 0.8
 # 2.12: MoE experts' GEMMs grouped (training.expert_gemm: Transformer Engine's 4 streams or one grouped kernel);
 # Blackwell Ultra's catalog constants (GB300 sustained clock at 1,400 W, doubled SFU throughput in attention);
 # model.residual_streams (hyper-connections, DeepSeek-V4's mHC: n residual streams' traffic and memory).
-ENGINE_VERSION = "2.12"
+# 2.13: peak memory per pipeline stage: an uneven split spares the last stage, then the first (Llama 3, Zero Bubble),
+# and the busiest GPU is the first, second or last stage with that stage's own layers and vocabulary matrices.
+ENGINE_VERSION = "2.13"
 
 
 def as_dict() -> dict[str, float]:

@@ -51,8 +51,20 @@ class Layouts:
 
 def stage_layers(layers: int, pp: np.ndarray) -> np.ndarray:
     """Layers on the busiest pipeline stage: ceil(layers / pp). Uneven splits give the other stages one layer
-    fewer, the last stage (which also carries the output layer) first."""
+    fewer: the last stage (which also carries the output layer and the loss) first, then the first (which carries
+    the embedding; Llama 3 took one layer each from the first and the last stage, The Llama 3 Herd of Models,
+    sec. 3.3.2; Zero Bubble's GPT models have one layer fewer on both, Qi et al. 2024, sec. 5.1), then middle
+    stages from the back (Megatron-Core --decoder-first/last-pipeline-num-layers express such splits)."""
     return -(-layers // pp)
+
+
+def end_stage_layers(layers: int, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Layers on the first and on the last pipeline stage, as stage_layers splits them."""
+    n = stage_layers(layers, pp)
+    deficit = pp * n - layers
+    first = np.where(deficit >= 2, n - 1, n)
+    last = np.where((deficit >= 1) & (pp > 1), n - 1, n)
+    return first, last
 
 
 @dataclass(frozen=True)
@@ -65,15 +77,18 @@ class ParamsOnGPU:
         return self.dense + self.expert
 
 
-def params_on_gpu(m: ModelSpec, pc: ParamCount, lay: Layouts) -> ParamsOnGPU:
-    """Parameters held by one GPU of the busiest stage: its layers split by TP (experts by EP instead, as
-    Megatron-Core with expert tensor parallel size 1) plus one vocabulary matrix split by TP."""
+def params_on_gpu(m: ModelSpec, pc: ParamCount, lay: Layouts, layers: np.ndarray | None = None,
+                  vocab_matrix: np.ndarray | None = None) -> ParamsOnGPU:
+    """Parameters held by one GPU of a stage: its layers split by TP (experts by EP instead, as Megatron-Core with
+    expert tensor parallel size 1) plus its vocabulary matrices split by TP. By default the busiest stage's bound:
+    ceil(layers / pp) layers and the larger vocabulary matrix."""
     expert_total = m.moe_layers * m.experts * pc.expert_per_layer
     non_expert_layers = pc.total - pc.embedding - pc.output - expert_total
     per_layer = non_expert_layers / m.layers
     per_layer_expert = expert_total / m.layers
-    n = stage_layers(m.layers, lay.pp)
-    vocab_matrix = np.where(lay.pp == 1, pc.embedding + pc.output, np.maximum(pc.embedding, pc.output))
+    n = stage_layers(m.layers, lay.pp) if layers is None else layers
+    if vocab_matrix is None:
+        vocab_matrix = np.where(lay.pp == 1, pc.embedding + pc.output, np.maximum(pc.embedding, pc.output))
     dense = n * per_layer / lay.tp + vocab_matrix / lay.tp
     return ParamsOnGPU(dense=dense, expert=n * per_layer_expert / lay.ep)
 
@@ -166,28 +181,54 @@ class MemoryBreakdown:
 
 
 def memory_per_gpu(m: ModelSpec, training: TrainingSpec, pc: ParamCount, lay: Layouts) -> MemoryBreakdown:
-    """Bytes on the busiest GPU (the first pipeline stage, which holds the most micro-batches in flight)."""
-    p = params_on_gpu(m, pc, lay)
-    # Expert weights are replicated over the expert-data-parallel ranks: a stage's TP·CP·DP ranks / EP.
-    dense_shards, expert_shards = lay.dp * lay.cp, np.maximum(1, lay.tp * lay.dp * lay.cp // lay.ep)
-
-    whole, shard = p.dense + p.expert, p.dense / dense_shards + p.expert / expert_shards
-
-    def sharded(stage: int, bytes_per_param: float) -> np.ndarray:
-        return bytes_per_param * np.where(lay.zero >= stage, shard, whole)
-
-    # ZeRO-3 / FSDP keeps no sharded 16-bit copy: the fp32 master (in OPTIMIZER_BYTES) is the parameter, and
-    # the 16-bit weights exist only while a layer is gathered (Zhao et al. 2023, PyTorch FSDP, sec. 4: flat
-    # parameters, mixed precision casts the gathered shard).
-    weights = np.where(lay.zero >= 3, 0.0, sharded(3, C.WEIGHT_BYTES))
-    grads = sharded(2, grad_bytes(training))
-    optimizer = sharded(1, C.OPTIMIZER_BYTES)
-    activations = _activations(m, training, lay)
+    """Bytes on the busiest GPU: the larger of the pipeline's first stage (the embedding and the most micro-batches
+    in flight), its second (all its layers where an uneven split spares the first one, one micro-batch fewer) and
+    its last (the output layer, the loss's logits); see _stages. Without PP, the one stage."""
     buffers = _comm_buffers(m, lay) + _gathered_layers(m, training, pc, lay)
+    dense_shards, expert_shards = _shard_factors(lay)
+    per_param = [(_state_bytes(training, lay, k, dense_shards), _state_bytes(training, lay, k, expert_shards))
+                 for k in STATE_PARTS]
+    dense_b, expert_b = sum(d for d, _ in per_param), sum(e for _, e in per_param)
+    frag = fragmentation_fraction(training)
+    # Each stage's total is linear in its dense and expert parameters and its activations: pick the peak stage
+    # per candidate from those, then break that one down.
+    peak = None
+    for layers, vocab, act in _stages(m, training, pc, lay):
+        p = params_on_gpu(m, pc, lay, layers, vocab)
+        total = dense_b * p.dense + expert_b * p.expert + (1.0 + frag) * act
+        if peak is None:
+            peak = [total, p.dense, p.expert, act]
+        else:
+            more = total > peak[0]
+            peak = [np.where(more, new, old) for new, old in zip((total, p.dense, p.expert, act), peak, strict=True)]
+    _, dense, expert, activations = peak
+    weights, grads, optimizer = (d * dense + e * expert for d, e in per_param)
     # Persistent state lives in flat buffers allocated once; fragmentation of the caching allocator hits the
     # tensors allocated and freed every micro-batch, i.e. the activations. Expandable segments remove it.
-    other = C.RUNTIME_RESERVE_GIB * GIB + buffers + fragmentation_fraction(training) * activations
+    other = C.RUNTIME_RESERVE_GIB * GIB + buffers + frag * activations
     return MemoryBreakdown(weights, grads, optimizer, activations, other)
+
+
+STATE_PARTS = ("weights", "gradients", "optimizer")
+
+
+def _shard_factors(lay: Layouts) -> tuple[np.ndarray, np.ndarray]:
+    """How many ways ZeRO shards a stage's dense and its expert parameters: expert weights are replicated over the
+    expert-data-parallel ranks, a stage's TP·CP·DP ranks / EP; the others over DP·CP."""
+    return lay.dp * lay.cp, np.maximum(1, lay.tp * lay.dp * lay.cp // lay.ep)
+
+
+def _state_bytes(training: TrainingSpec, lay: Layouts, part: str, shards: np.ndarray) -> np.ndarray:
+    """Bytes of `part` per parameter held, ZeRO-sharded over `shards` ranks from its stage on. ZeRO-3 / FSDP keeps
+    no sharded 16-bit copy: the fp32 master (in OPTIMIZER_BYTES) is the parameter, and the 16-bit weights exist
+    only while a layer is gathered (Zhao et al. 2023, PyTorch FSDP, sec. 4: flat parameters, mixed precision casts
+    the gathered shard)."""
+    stage, per_param = {"weights": (3, C.WEIGHT_BYTES), "gradients": (2, grad_bytes(training)),
+                        "optimizer": (1, C.OPTIMIZER_BYTES)}[part]
+    factor = np.where(lay.zero >= stage, 1.0 / shards, 1.0)
+    if part == "weights":
+        factor = np.where(lay.zero >= 3, 0.0, factor)
+    return per_param * factor
 
 
 def fragmentation_fraction(training: TrainingSpec) -> float:
@@ -223,25 +264,55 @@ def offloaded_layers(training: TrainingSpec, n: np.ndarray) -> np.ndarray:
     return np.minimum(training.activation_offload_layers, np.maximum(n - 1, 0))
 
 
-def _activations(m: ModelSpec, training: TrainingSpec, lay: Layouts) -> np.ndarray:
+def _stages(m: ModelSpec, training: TrainingSpec, pc: ParamCount, lay: Layouts
+            ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(layers, vocabulary parameters, activation bytes) of the stages that can hold the peak: the first, the
+    second and the last."""
     tokens = lay.micro_batch * m.seq_len / lay.cp
     stored, working = activation_bytes_per_token(m, training, lay)
     n = stage_layers(m.layers, lay.pp)
-    in_flight = np.minimum(lay.pp, lay.microbatches(training.global_batch))
+    micro = lay.microbatches(training.global_batch)
+    in_flight = np.minimum(lay.pp, micro)
     interleave = np.where(lay.vpp > 1, 1.0 + (lay.pp - 1) / (lay.pp * lay.vpp), 1.0)
-    # Offloaded layers keep their activations in CPU memory; two stay on the GPU, one being copied out during the
-    # forward and one brought back ahead of its backward (Transformer Engine's double-buffered offload handler).
-    k = offloaded_layers(training, n)
-    first_stage = tokens * stored * ((n - k) * in_flight * interleave + np.minimum(k, 2))
-    last_stage = tokens * stored * (n - k + np.minimum(k, 2))
+
+    unit = tokens * stored  # one layer's, one micro-batch's
+
+    def held(layers: np.ndarray, flight: np.ndarray) -> np.ndarray:
+        if not training.activation_offload_layers:
+            return unit * (layers * flight)
+        # Offloaded layers keep their activations in CPU memory; two stay on the GPU, one being copied out during
+        # the forward and one brought back ahead of its backward (Transformer Engine's double-buffered offload
+        # handler).
+        k = offloaded_layers(training, layers)
+        return unit * ((layers - k) * flight + np.minimum(k, 2))
+
     # Full recomputation rebuilds one layer's activations at a time during the backward pass.
     rebuilt = np.where(lay.full_share > 0, tokens * working, 0.0)
     # The last stage holds one micro-batch's logits for the loss: CROSS_ENTROPY_HELD_BYTES each (4 for Megatron's
     # in-place fp32 cross-entropy, 12 for PyTorch's eager one at the start of the backward). They are freed once the
     # output layer's backward has run, before the first layer is rebuilt: the two peaks do not coincide.
     logits = tokens * m.vocab / lay.tp * C.CROSS_ENTROPY_HELD_BYTES[training.cross_entropy]
-    last_stage = last_stage + np.maximum(rebuilt, logits)
-    return np.where(lay.pp == 1, last_stage, np.maximum(first_stage + rebuilt, last_stage))
+    staged = lay.pp > 1
+    # 1F1B keeps p - i micro-batches in flight on stage i (Narayanan et al. 2021, sec. 2.2). Where an uneven split
+    # gives the first stage a layer fewer (stage_layers), the second, with all n layers and one micro-batch fewer in
+    # flight, may hold more. Interleaved stages hold chunks from the whole depth: the first stage's bound stands.
+    first, last = end_stage_layers(m.layers, lay.pp)
+    plain = lay.vpp == 1
+    first = np.where(plain, first, n)
+    first_act = held(first, in_flight * interleave) + rebuilt
+    last = np.where(staged, last, n)
+    last_act = held(last, np.ones_like(in_flight)) + np.maximum(rebuilt, logits)
+    # Without PP one stage holds it all: its layers, both vocabulary matrices and the logits.
+    solo_vocab = pc.embedding + pc.output
+    last_vocab = pc.output + (pc.embedding if m.tied_embeddings else 0)  # a tied output layer keeps a copy
+    stages = [(np.where(staged, first, n), np.where(staged, pc.embedding, solo_vocab),
+               np.where(staged, first_act, last_act)),
+              (last, np.where(staged, last_vocab, solo_vocab), last_act)]
+    second = plain & (lay.pp >= 3)
+    if np.any(second):
+        stages.append((np.where(second, n, last), np.where(second, 0, stages[1][1]),
+                       np.where(second, held(n, np.minimum(lay.pp - 1, micro)) + rebuilt, last_act)))
+    return stages
 
 
 def _comm_buffers(m: ModelSpec, lay: Layouts) -> np.ndarray:

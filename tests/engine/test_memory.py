@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from planner import parse_spec
-from planner.memory import GIB, RECOMPUTE_CODES, Layouts, activation_bytes_per_token, memory_per_gpu, params_on_gpu
+from planner.memory import (GIB, RECOMPUTE_CODES, Layouts, activation_bytes_per_token, end_stage_layers, memory_per_gpu,
+                            params_on_gpu)
 from planner.model import param_count
 
 
@@ -181,6 +182,40 @@ def test_first_stage_holds_pp_microbatches_and_interleaving_adds(gpt3):
     assert act(**base) == pytest.approx(6 * 16 * one_layer)
     # Interleaving with v = 2: x (1 + (p - 1)/(p v)) (Korthikanti et al. 2022, sec. 4.2.3).
     assert act(**base, vpp=2) == pytest.approx(6 * 16 * one_layer * (1 + 15 / 32))
+
+
+@pytest.mark.parametrize("layers, pp, first, last", [
+    (96, 16, 6, 6),     # even: every stage 6
+    (126, 16, 7, 7),    # Llama 3 405B: one layer fewer on the first and the last stage (Llama 3 paper, sec. 3.3.2)
+    (22, 8, 2, 2),      # Zero Bubble's 1.5B: 2 + 6 x 3 + 2 (Qi et al. 2024, sec. 5.1)
+    (61, 16, 3, 3),     # DeepSeek-V3 over 16: 3 missing, the last and the first give one each, a middle stage one
+    (9, 2, 5, 4),       # one missing: the last stage, which also runs the output layer, gives it
+])
+def test_an_uneven_split_spares_the_last_stage_then_the_first(layers, pp, first, last):
+    got = end_stage_layers(layers, np.array([pp]))
+    assert (int(got[0][0]), int(got[1][0])) == (first, last)
+
+
+def test_with_a_layer_fewer_on_the_first_stage_the_second_holds_the_peak(gpt3_doc):
+    """Zero Bubble's GPT 1.5B (22 layers, h 2304, 24 heads, 1,024 tokens, unfused attention, no recomputation) on
+    PP 8, micro-batch 6, 1F1B: the first stage holds 2 layers x 8 micro-batches, the second 3 x 7, with no
+    vocabulary matrix; the paper measured 30 GB on its busiest GPU (Table 4)."""
+    gpt3_doc["model"] = {"name": "ZB 1.5B", "layers": 22, "hidden": 2304, "heads": 24, "vocab": 50257,
+                         "seq_len": 1024}
+    gpt3_doc["training"].update(attention="unfused", global_batch=144)
+    spec = parse_spec(gpt3_doc)
+    pc = param_count(spec.model)
+    lay = layouts(pp=8, micro_batch=6)
+    stored, _ = activation_bytes_per_token(spec.model, spec.training, lay)
+    mem = memory_per_gpu(spec.model, spec.training, pc, lay)
+    one = 6 * 1024 * stored[0]  # one layer, one micro-batch
+    assert mem.activations[0] == pytest.approx(3 * 7 * one)
+    per_layer = (pc.total - pc.embedding - pc.output) / 22
+    assert mem.weights[0] == pytest.approx(2 * 3 * per_layer)
+    assert 28 < mem.total[0] / GIB < 32
+    # Interleaved, the first stage's bound stands: ceil(22 / 8) layers x 8 x (1 + 7 / 24) micro-batches.
+    assert memory_per_gpu(spec.model, spec.training, pc, layouts(pp=8, micro_batch=6, vpp=3)).activations[0] == (
+        pytest.approx(3 * 8 * (1 + 7 / 24) * one))
 
 
 def test_gpt3_fits_as_in_plan_spec_example(gpt3):
