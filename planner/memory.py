@@ -296,17 +296,16 @@ def _stages(m: ModelSpec, training: TrainingSpec, pc: ParamCount, lay: Layouts
     # 1F1B keeps p - i micro-batches in flight on stage i (Narayanan et al. 2021, sec. 2.2). Where an uneven split
     # gives the first stage a layer fewer (stage_layers), the second, with all n layers and one micro-batch fewer in
     # flight, may hold more. Interleaved stages hold chunks from the whole depth: the first stage's bound stands.
+    # Without PP, end_stage_layers gives the one stage all n layers.
     first, last = end_stage_layers(m.layers, lay.pp)
     plain = lay.vpp == 1
     first = np.where(plain, first, n)
     first_act = held(first, in_flight * interleave) + rebuilt
-    last = np.where(staged, last, n)
     last_act = held(last, np.ones_like(in_flight)) + np.maximum(rebuilt, logits)
     # Without PP one stage holds it all: its layers, both vocabulary matrices and the logits.
     solo_vocab = pc.embedding + pc.output
     last_vocab = pc.output + (pc.embedding if m.tied_embeddings else 0)  # a tied output layer keeps a copy
-    stages = [(np.where(staged, first, n), np.where(staged, pc.embedding, solo_vocab),
-               np.where(staged, first_act, last_act)),
+    stages = [(first, np.where(staged, pc.embedding, solo_vocab), np.where(staged, first_act, last_act)),
               (last, np.where(staged, last_vocab, solo_vocab), last_act)]
     second = plain & (lay.pp >= 3)
     if np.any(second):

@@ -19,8 +19,8 @@ import numpy as np
 from . import constants as C
 from .collectives import OptionTable, collective_costs, collective_seconds, option_table
 from .compute import LayerTimes, optimizer_time
-from .memory import (RECOMPUTE_CODES, Layouts, activation_bytes_per_token, grad_bytes, offloaded_layers,
-                     params_on_gpu, stage_layers)
+from .memory import (RECOMPUTE_CODES, Layouts, activation_bytes_per_token, end_stage_layers, grad_bytes,
+                     offloaded_layers, params_on_gpu, stage_layers)
 from .model import ParamCount, kv_dim
 from .placement import KINDS, GroupPlacement, Placement
 from .spec import ClusterSpec, PlanSpec
@@ -139,10 +139,8 @@ def _stage_compute(spec: PlanSpec, lay: Layouts, lt: LayerTimes) -> tuple[np.nda
     """Forward and backward seconds per micro-batch on the slowest stage. The last stage also runs the output
     layer and the loss; with an uneven split it has one layer fewer. Recomputation adds to the backward:
     full repeats each layer's forward, selective what compute.layer_times says it repeats."""
-    layers = spec.model.layers
-    n = stage_layers(layers, lay.pp)
-    deficit = lay.pp * n - layers
-    n_last = np.where(lay.pp == 1, n, n - (deficit >= 1))
+    n = stage_layers(spec.model.layers, lay.pp)
+    _, n_last = end_stage_layers(spec.model.layers, lay.pp)
     recompute = lay.full_share * lt.full_fwd + np.where(lay.recompute == RECOMPUTE_CODES["selective"],
                                                          lt.selective_fwd, 0.0)
     bwd_layer = lt.bwd + recompute
