@@ -36,14 +36,27 @@ from .spec import PlanSpec, parse_spec
 # Keyword in the row's gpu_type -> catalog GPU, first match wins (so "GB200" is not read as "B200"). H100s whose
 # row says HBM2e are Meta's 96 GB, 500 W-capped Grand Teton part (torchtitan rows), a catalog GPU of its own.
 GPU_BY_KEYWORD = (("GB300", "GB300"), ("B300", "B300"), ("GB200", "GB200"), ("B200", "B200"),
-                  ("H200", "H200 SXM 141GB"), ("H800", "H800 SXM5 80GB"), ("H100", "H100 SXM5 80GB"), ("V100", "V100 SXM3 32GB"),
+                  ("H200 NVL", "H200 NVL"), ("H200 PCIE", "H200 NVL"), ("H200", "H200 SXM 141GB"),
+                  ("H800", "H800 SXM5 80GB"), ("H100", "H100 SXM5 80GB"), ("V100", "V100 SXM3 32GB"),
                   ("MI355X", "AMD MI355X"), ("MI325X", "AMD MI325X"), ("MI300X", "AMD MI300X"))
 NODE_BY_GPU = {"GB300": "GB300 NVL72 compute tray", "B300": "HGX B300", "GB200": "GB200 NVL72 compute tray",
-               "B200": "DGX B200", "H200 SXM 141GB": "HGX H200", "H800 SXM5 80GB": "HGX H800",
+               "B200": "DGX B200", "H200 SXM 141GB": "HGX H200", "H200 NVL": "H200 NVL server (4-GPU NVLink bridges)",
+               "H800 SXM5 80GB": "HGX H800",
                "H100 SXM5 80GB": "DGX H100", "H100 SXM5 96GB HBM2e 500W": "DGX H100",
                "V100 SXM3 32GB": "DGX-2 (V100)", "A100 SXM4 80GB": "DGX A100", "A100 SXM4 40GB": "DGX A100",
                "AMD MI355X": "AMD MI355X platform (8 GPUs)", "AMD MI325X": "AMD MI325X platform (8 GPUs)",
                "AMD MI300X": "AMD MI300X platform (8 GPUs)"}
+# Parts a row may name that share a keyword with a catalog GPU but are not it: reading them as the catalog part
+# would cost the run on the wrong peak, memory or node, silently. The planner asks for their figures instead.
+NOT_IN_CATALOG = ((re.compile(r"GH200|GRACE[- ]HOPPER"), "the Grace Hopper superchip (96 or 144 GB, 4-superchip "
+                   "nodes) is not the H200 SXM"),
+                  (re.compile(r"(H100|H800|A100|A800).*\bPCIE|\bPCIE\b.*(H100|H800|A100|A800)"),
+                   "a PCIe card runs at a lower power limit than the SXM module the catalog holds, without NVSwitch"),
+                  (re.compile(r"H100[- ]?NVL"), "the H100 NVL (94 GB, PCIe, paired NVLink bridges) is not the H100 "
+                   "SXM"))
+# The A800 is the A100 with its NVLink cut from 600 to 400 GB/s (NVIDIA A800 SXM4 datasheet, 2022); a row that
+# names it and states no NVLink bandwidth gets that.
+A800_NVLINK_GBYTES_PER_S = 400
 FABRIC_BY_PORT = {100: "EDR InfiniBand fat tree", 200: "HDR InfiniBand fat tree", 400: "NDR InfiniBand fat tree",
                   800: "XDR InfiniBand fat tree"}
 # End-to-end latency of a fabric a row names only by its kind (as the catalog's RoCE, TCP and EFA fabrics).
@@ -62,6 +75,9 @@ ROW_NUMBERS = ("gpus", "gpus_per_node", "nvlink_domain_gpus", "nics_per_node", "
                "kv_heads", "ffn_hidden", "vocab", "seq_len", "global_batch", "micro_batch", "tp", "pp", "dp", "cp",
                "ep", "experts", "top_k", "expert_ffn_hidden", "shared_experts", "dense_layers", "step_time_s",
                "tokens_per_sec_per_gpu", "mfu_percent", "tflops_per_gpu")
+# Row fields read as free text (planner/runtext.py): text or null (checked_row).
+ROW_TEXTS = ("group", "model", "arch_notes", "gpu_type", "precision", "recompute", "pipeline_schedule",
+             "tflops_kind", "fabric_notes", "notes", "verification", "memory")
 # Appended to the layout of a published run that fits only without the fragmentation allowance (compare).
 WITHOUT_MARGIN = " (fits without the fragmentation margin)"
 # Rows whose authors explored the local batch per run without stating it: the search may pick any micro-batch
@@ -82,6 +98,10 @@ def gpu_name(row: dict[str, Any]) -> str:
     text = (row.get("gpu_type") or "").upper()
     source = str((row.get("source") or {}).get("title") or "").lower()
     unstated_pytorch_team = not STATED_H100_VARIANT.search(text) and any(s in source for s in PYTORCH_TEAM_SOURCES)
+    for part, why in NOT_IN_CATALOG:
+        if part.search(text):
+            raise SpecError.one("gpu_type", f"{row.get('gpu_type')!r}: {why}; give its figures as a custom GPU "
+                                            f"and node in a plan spec")
     if "H100" in text and ("HBM2E" in text or unstated_pytorch_team):
         return "H100 SXM5 96GB HBM2e 500W"
     for keyword, name in GPU_BY_KEYWORD:
@@ -205,7 +225,7 @@ def _block_share(row: dict[str, Any], model: dict[str, Any], catalog: Catalog) -
 
 def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = None) -> dict[str, Any]:
     """The plan spec document of a published run, with its stated layout pinned."""
-    _check_numbers(row)
+    row = checked_row(row)
     gpu = gpu_name(row)
     node, fabric = _network(row, catalog, gpu)
     notes = (row.get("notes") or "").lower()
@@ -263,12 +283,37 @@ def _pipelined_fsdp(row: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def _check_numbers(row: dict[str, Any]) -> None:
+def checked_row(row: Any) -> dict[str, Any]:
+    """The row with every field the harness reads checked, and two shorthands spelled out: a yes/no recompute
+    (true: the stack's activation checkpointing of whole layers, full; false: none) and a source given as its
+    bare title. A field of the wrong kind raises SpecError naming it, as a bad spec field does."""
+    if not isinstance(row, dict):
+        raise SpecError.one("row", f"must be an object of run fields, not {_shown(row)}")
     for key in ROW_NUMBERS:
         value = row.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not math.isfinite(value) or value < 0):
-            raise SpecError.one(key, f"must be a number of 0 or more, not {value!r}")
+            raise SpecError.one(key, f"must be a number of 0 or more, not {_shown(value)}")
+    out = dict(row)
+    if isinstance(out.get("recompute"), bool):
+        out["recompute"] = "full" if out["recompute"] else "none"
+    if isinstance(out.get("source"), str):
+        out["source"] = {"title": out["source"]}
+    for key in ROW_TEXTS:
+        if out.get(key) is not None and not isinstance(out[key], str):
+            raise SpecError.one(key, f"must be text, not {_shown(out[key])}")
+    for key in ("source", "derived"):
+        if out.get(key) is not None and not isinstance(out[key], dict):
+            raise SpecError.one(key, f"must be an object, not {_shown(out[key])}")
+    sharding = out.get("optimizer_sharding")
+    if sharding is not None and not isinstance(sharding, (str, int)):
+        raise SpecError.one("optimizer_sharding", f"must be text or a ZeRO stage, not {_shown(sharding)}")
+    return out
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _network(row: dict[str, Any], catalog: Catalog, gpu: str) -> tuple[dict[str, Any], str | dict[str, Any]]:
@@ -284,6 +329,8 @@ def _network(row: dict[str, Any], catalog: Catalog, gpu: str) -> tuple[dict[str,
     per_gpu, kind = rt.network(row, node["gpus"])
     if per_gpu and not (row.get("nics_per_node") or row.get("ib_gbps_per_port")):
         node["nics"], node["nic_gbits_per_s"] = node["gpus"], per_gpu
+    if "A800" in (row.get("gpu_type") or "").upper() and not row.get("nvlink_gbytes_per_s_per_gpu"):
+        node["nvlink_gbytes_per_s"] = A800_NVLINK_GBYTES_PER_S
     if row["gpus"] < node["gpus"]:
         node["gpus"] = node["nvlink_domain_gpus"] = row["gpus"]  # part of one node (Zero Bubble's 8-GPU rows)
     if node["nvlink_domain_gpus"] == 72 and row["gpus"] % 72 and row["gpus"] % 64 == 0:
@@ -352,6 +399,7 @@ def compare(rows: list[dict[str, Any]], catalog: Catalog | None = None,
     out = []
     for row in rows:
         try:
+            row = checked_row(row)
             doc = apply_overlay(row_to_spec_doc(row, catalog), (overlays or {}).get(row.get("id"), {}))
             spec = parse_spec(doc, catalog)
         except (SpecError, KeyError, TypeError, ValueError) as exc:

@@ -96,8 +96,11 @@ def recompute_mode(row: dict[str, Any]) -> str | None:
             return value
     # The same said another way: "off", "disabled", "without recomputation"; "activation checkpointing: full",
     # "recompute_granularity=full"; "per-op selective AC".
-    if re.search(r"^(off|disabled|false|not used)\b|without (activation )?(recomput|checkpoint)", text):
+    if re.search(r"^(no|off|disabled|false|not used)\b|without (activation )?(recomput|checkpoint)", text):
         return "none"
+    # A bare yes (a table's "Activation Checkpointing: True" column): the stack's checkpointing of whole layers.
+    if re.fullmatch(r"(yes|on|true|enabled)\W*", text):
+        return "full"
     # Megatron's recompute_granularity (NeMo activations_checkpoint_granularity) null: no recomputation.
     if re.search(r"granularity\s*[:=]?\s*(null|none)\b", text):
         return "none"
@@ -111,7 +114,7 @@ def recompute_mode(row: dict[str, Any]) -> str | None:
     named = r"(activation|gradient)s?[-_ ]checkpointing|checkpoint[-_]activations"
     if re.search(named, text):
         return "none" if stated_off(named, text) else "full"
-    if "megatron-lm readme" in row.get("source", {}).get("title", "").lower():
+    if "megatron-lm readme" in str((row.get("source") or {}).get("title") or "").lower():
         return "full"
     return None
 

@@ -29,7 +29,8 @@ from . import constants as C
 from .catalog import FIXTURES_DIR, Catalog, load_catalog
 from .errors import SpecError
 from .holdout import is_holdout
-from .published import Comparison, apply_overlay, compare, load_overlays, load_rows, row_to_spec_doc
+from .published import (Comparison, apply_overlay, checked_row, compare, load_overlays, load_rows,
+                        row_to_spec_doc)
 from .report import plan
 from .search import estimate_layouts
 from .spec import parse_spec
@@ -122,7 +123,16 @@ def _read(field: str, path: Path, loader) -> Any:
 def row_entry(row: dict[str, Any], file: str, catalog: Catalog,
               overlays: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One row's prediction with its published layout pinned, and what identifies it."""
-    run_id = str(row.get("id"))
+    run_id = str(row.get("id")) if isinstance(row, dict) else "?"
+    try:
+        row = checked_row(row)
+    except SpecError as exc:  # reported on its row, as compare reports a row it cannot turn into a spec
+        group = row.get("group") if isinstance(row, dict) and isinstance(row.get("group"), str) else None
+        return {"id": run_id, "group": group or Path(file).stem, "file": file, "generation": "other",
+                "precision": accuracy.precision(None, None), "gpus": None, "measured_s": None, "predicted_s": None,
+                "err": None, "layout": "", "why": f"no spec: {exc}", "holdout": is_holdout(run_id),
+                "states_throughput": isinstance(row, dict) and states_throughput(row), "memory_gib": None,
+                "stated_memory_gib": None, "memory_err": None}
     gen = accuracy.generation(row.get("gpu_type"))
     try:
         found: list[Comparison] = compare([row], catalog, overlays)

@@ -87,6 +87,49 @@ def test_a_row_field_that_is_not_a_number_is_named(catalog, field, value):
     assert c.why == f"no spec: {field}: must be a number of 0 or more, not {value!r}"
 
 
+@pytest.mark.parametrize("field, value, message", [
+    ("precision", 8, "precision: must be text, not 8"),
+    ("notes", ["fsdp", "compile"], "notes: must be text, not ['fsdp', 'compile']"),
+    ("recompute", ["full"], "recompute: must be text, not ['full']"),
+    ("source", ["a paper"], "source: must be an object, not ['a paper']"),
+    ("optimizer_sharding", {"stage": 3}, "optimizer_sharding: must be text or a ZeRO stage, not {'stage': 3}")])
+def test_a_row_text_field_of_another_kind_is_named(catalog, field, value, message):
+    """Every text field runtext reads (`.lower()`, regexes) must be text: a list or a number there had stopped the
+    whole validation with an internal error instead of reporting the one row."""
+    row = dict(load_rows(RUNS)[0], id="odd", **{field: value})
+    [c] = compare([row], catalog)
+    assert c.predicted_s is None and c.why == f"no spec: {message}"
+
+
+def test_yes_no_recompute_and_a_bare_source_title_are_read(catalog):
+    """A table's Activation Checkpointing column as a bool, and a source given as its title alone."""
+    base = load_rows(RUNS)[0]
+    as_text = {r: row_to_spec_doc(dict(base, recompute=r), catalog)["layout"]["recompute"]
+               for r in ("full", "none")}
+    assert row_to_spec_doc(dict(base, recompute=True), catalog)["layout"]["recompute"] == as_text["full"] == "full"
+    assert row_to_spec_doc(dict(base, recompute=False), catalog)["layout"]["recompute"] == as_text["none"] == "none"
+    [c] = compare([dict(base, source="Narayanan et al. 2021, Table 1")], catalog)
+    [d] = compare([base], catalog)
+    assert c.predicted_s == d.predicted_s is not None
+
+
+def test_a_gpu_the_catalog_lacks_is_not_read_as_its_sxm_sibling(catalog):
+    """An A800 is the A100 with NVLink cut to 400 GB/s; the H200 NVL is a catalog part of its own (4-GPU NVLink
+    bridges); a GH200, a PCIe card or the H100 NVL is refused naming the field, not costed as the SXM part."""
+    base = dict(load_rows(RUNS)[0], gpus_per_node=None, nvlink_domain_gpus=None, nvlink_gbytes_per_s_per_gpu=None)
+    a800 = row_to_spec_doc(dict(base, gpu_type="A800 SXM4 80GB"), catalog)["cluster"]
+    assert a800["gpu"] == "A100 SXM4 80GB" and a800["node"]["nvlink_gbytes_per_s"] == 400
+    a100 = row_to_spec_doc(dict(base, gpu_type="A100 SXM4 80GB"), catalog)["cluster"]
+    assert a100["node"]["nvlink_gbytes_per_s"] == 600
+    nvl = row_to_spec_doc(dict(base, gpu_type="H200 NVL (141 GB)"), catalog)["cluster"]
+    assert nvl["gpu"] == "H200 NVL" and nvl["node"]["name"] == "H200 NVL server (4-GPU NVLink bridges)"
+    assert nvl["node"]["nvlink_domain_gpus"] == 4
+    for part in ("GH200 96GB", "NVIDIA A100 80GB PCIe", "H100-PCIe-80GB", "H100 NVL 94GB"):
+        [c] = compare([dict(base, id="odd", gpu_type=part)], catalog)
+        assert c.predicted_s is None and c.why.startswith(f"no spec: gpu_type: {part!r}: "), c.why
+        assert c.why.endswith("give its figures as a custom GPU and node in a plan spec")
+
+
 def test_a_run_that_fits_only_without_the_fragmentation_margin_is_costed_and_says_so(catalog):
     """SC21's 18.4B layout with micro-batch 4 and no recomputation needs more than 80 GiB with the caching
     allocator's fragmentation allowance and less without it. A published run ran, so it is costed at the memory it

@@ -291,6 +291,8 @@ def test_a_stack_the_row_says_it_did_not_use_is_not_its_stack():
     ("checkpoint_activations: true", "full"), ("activation_checkpointing: false", "none"),
     ("gradient_checkpointing=False", "none"), ("--recompute-activations", "selective"),
     ("recompute_granularity: null", "none"), ("activations_checkpoint_granularity None", "none"),
+    # A table's yes/no column.
+    ("No", "none"), ("no", "none"), ("Yes", "full"), ("true", "full"), ("enabled", "full"), ("nothing", None),
 ])
 def test_the_recompute_mode_is_the_one_the_row_names(recompute, mode):
     assert rt.recompute_mode({"recompute": recompute, "source": {}}) == mode

@@ -59,6 +59,23 @@ def test_each_row_is_compared_with_its_published_step_time(small):
     assert rows["no_throughput"]["measured_s"] is None and "no step time" in rows["no_throughput"]["why"]
 
 
+def test_a_row_of_the_wrong_shape_is_reported_on_its_row(tmp_path, catalog):
+    """Fields of the wrong kind, anywhere in a row, are named on that row; the other rows are still measured."""
+    good = published("meg2020_v100_1B")[0]
+    odd = [dict(good, id="bad_precision", precision=16), dict(good, id="bad_notes", notes={"a": 1}),
+           dict(good, id="bad_group", group=7)]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"cases": [good, *odd]}))
+    out = validate([path], catalog=catalog)
+    by_id = {r["id"]: r for r in out["rows"]}
+    assert by_id["meg2020_v100_1B"]["predicted_s"] is not None
+    assert by_id["bad_precision"]["why"] == "no spec: precision: must be text, not 16"
+    assert by_id["bad_notes"]["why"] == "no spec: notes: must be text, not {'a': 1}"
+    assert by_id["bad_group"]["why"] == "no spec: group: must be text, not 7"
+    assert by_id["bad_group"]["group"] == "odd"
+    assert out["summary"]["rows"] == 4 and out["summary"]["modelled"] == 1
+
+
 def test_the_figures_summarise_the_modelled_rows(small):
     errs = [r["err"] for r in small["rows"] if r["id"] in PUBLISHED_STEP_S]
     s = small["summary"]
