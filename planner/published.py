@@ -4,9 +4,11 @@ Each row becomes a plan spec with the published layout pinned (TP, PP, DP and wh
 the engine searches only what the row leaves open (e.g. micro-batch size, interleaving), and the predicted
 step time is compared with the measured one. Interpretation rules for rows, stated once here:
 - Hardware: the GPU type names a catalog GPU and its usual node (A100 "80GB" or an 80 GB memory -> 80 GB, else the
-  40 GB part that DGX A100 shipped with in 2020); stated GPUs per node, NVLink domain, NICs and port speed override
-  the node; the port speed picks the InfiniBand generation (100 EDR, 200 HDR, 400 NDR, 800 XDR); without a port
-  speed, the bandwidth and kind (RoCE, Ethernet, EFA) the fabric notes give set one NIC per GPU.
+  40 GB part that DGX A100 shipped with in 2020); a part the catalog lacks (GH200, PCIe cards) is refused, naming
+  gpu_type; stated GPUs per node, NVLink domain, NICs and port speed override the node (fewer GPUs a node: a
+  smaller NVLink domain where the node is the domain, and the usual NICs per GPU); the port speed picks the
+  InfiniBand generation (100 EDR, 200 HDR, 400 NDR, 800 XDR); without a port speed, the bandwidth and kind (RoCE,
+  Ethernet, EFA) the fabric notes give set one NIC per GPU.
 - Attention kernel, precision, recompute, sharding, software switches (torch.compile, async TP, FP8 gathers) and
   the network in the fabric notes: what the row's text says, read by planner/runtext.py.
 - Sequence parallelism and optimizer sharding are opt-in features a paper states when it uses them: a null
@@ -183,7 +185,8 @@ def _layout_doc(row: dict[str, Any], model: dict[str, Any], catalog: Catalog) ->
     layout = {k: row.get(k) if row.get(k) is not None else _derived(row, f"derived_{k}")
               for k in ("tp", "pp", "dp", "cp", "ep", "micro_batch")}
     interleaved = rt.affirmed(r"interleaved", (row.get("pipeline_schedule") or "").lower())  # not "non-interleaved"
-    vp = row.get("vp") or _derived(row, "derived_vp") or (interleaved and _derived(row, "derived_chunks_per_stage"))
+    vp = row.get("vp") or _derived(row, "derived_vp") or (interleaved and _derived(row, "derived_chunks_per_stage")) \
+        or rt.virtual_stages(row)
     schedule = (row.get("pipeline_schedule") or "").lower()
     layout["vpp"] = rt.first_int(vp) or (1 if "1f1b" in schedule and not interleaved else None)
     if (layout["pp"] or 1) > 1 and (defaults := rt.torchtitan_pipeline(row)) is not None:
@@ -320,12 +323,19 @@ def _network(row: dict[str, Any], catalog: Catalog, gpu: str) -> tuple[dict[str,
     """The node (the GPU's usual one, with what the row states overriding it) and the fabric: InfiniBand of the
     stated port speed; else what the fabric notes give (bandwidth per GPU or per node, RoCE / Ethernet / EFA),
     one NIC per GPU carrying the GPU's share."""
-    node = dict(catalog["node"][NODE_BY_GPU[gpu]])
+    usual = catalog["node"][NODE_BY_GPU[gpu]]
+    node = dict(usual)
     for key, field in (("gpus_per_node", "gpus"), ("nvlink_domain_gpus", "nvlink_domain_gpus"),
                        ("nics_per_node", "nics"), ("ib_gbps_per_port", "nic_gbits_per_s"),
                        ("nvlink_gbytes_per_s_per_gpu", "nvlink_gbytes_per_s")):
         if row.get(key):
             node[field] = row[key]
+    if usual["nvlink_domain_gpus"] == usual["gpus"] and not row.get("nvlink_domain_gpus"):
+        # A node whose NVLink domain is the node: fewer GPUs a node (4 of a DGX's 8) is a smaller domain, not one
+        # that spans nodes (only NVL72-style racks do, and their trays say so in the catalog).
+        node["nvlink_domain_gpus"] = min(node["nvlink_domain_gpus"], node["gpus"])
+    if not row.get("nics_per_node"):  # the usual node's NICs per GPU, on the stated GPUs
+        node["nics"] = max(1, round(usual["nics"] * node["gpus"] / usual["gpus"]))
     per_gpu, kind = rt.network(row, node["gpus"])
     if per_gpu and not (row.get("nics_per_node") or row.get("ib_gbps_per_port")):
         node["nics"], node["nic_gbits_per_s"] = node["gpus"], per_gpu

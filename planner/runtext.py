@@ -376,6 +376,33 @@ def torchtitan_pipeline(row: dict[str, Any]) -> tuple[int | None, int | None, in
     return None, 1, stages
 
 
+# The virtual stages per pipeline rank a schedule states in words: "2 virtual stages", "4 model chunks per rank",
+# "virtual pipeline size 5" (Megatron --virtual-pipeline-model-parallel-size), "vpp=4"; or as Megatron's
+# --num-layers-per-virtual-pipeline-stage, layers / (pp x that).
+VIRTUAL_STAGES = re.compile(r"(\d+)\s*(?:virtual (?:pipeline )?stages|(?:model )?chunks (?:per|/|each|on each)\s*"
+                            r"(?:pipeline )?(?:rank|stage|device|gpu))"
+                            r"|virtual[-_ ]pipeline(?:[-_ ]model[-_ ]parallel)?[-_ ]size\W{0,3}(\d+)"
+                            r"|\bvpp?\s*[=:]\s*(\d+)|\bvpp\s+(\d+)")
+LAYERS_PER_VIRTUAL_STAGE = re.compile(r"(?:num[-_ ])?layers[-_ ]per[-_ ]virtual[-_ ](?:pipeline[-_ ])?stage\W{0,3}(\d+)")
+
+
+def virtual_stages(row: dict[str, Any]) -> int | None:
+    """The virtual pipeline stages per rank the row's schedule states in words (its `vp` field wins where given);
+    None where it states none, and for a schedule it calls non-interleaved."""
+    text = text_of(row, "pipeline_schedule")
+    if re.search(r"non[- ]?interleaved", text):
+        return None
+    found = VIRTUAL_STAGES.search(text)
+    if found:
+        return int(next(g for g in found.groups() if g))
+    per_stage = LAYERS_PER_VIRTUAL_STAGE.search(text)
+    layers, pp = first_int(row.get("layers")), first_int(row.get("pp"))
+    if per_stage and layers and pp and int(per_stage.group(1)) > 0:
+        stages, rest = divmod(layers, pp * int(per_stage.group(1)))
+        return stages if stages >= 1 and rest == 0 else None
+    return None
+
+
 # PyTorch-native training stacks: modules written in PyTorch, run eagerly unless torch.compile is on, and
 # checkpointed with torch.utils.checkpoint's non-reentrant form (FSDP's checkpoint_wrapper default).
 NATIVE_STACKS = ("fsdp", "torchtitan", "llm-foundry", "composer", "fms-fsdp", "torchao")
@@ -556,8 +583,19 @@ PER_NODE = re.compile(RATE + r"(?:[^.;\d]*?(?:inter-node|internode|node-node|nod
                              r"|\s*(?:total\s*)?(?:per|/|each)\s*node)")
 
 
+# "8x 200 Gb/s HDR InfiniBand", "8 x 400G": that many ports of that rate on each node.
+PORTS = re.compile(r"(\d+)\s*[x×]\s*(?:[a-z-]+\s+){0,2}?(\d[\d,]*(?:\.\d+)?)\s*(tbps|tb/s|gbps|gb/s|g)\b")
+# A rate named for one adapter: "400 Gbps HDR InfiniBand HCAs", "200 Gb/s ports", "NIC 400 Gb/s" (one per GPU, as
+# every catalog node but AWS's carries them).
+PER_PORT = re.compile(RATE + r"[^.;\d]{0,40}?(?:infiniband|\bib\b|\bhcas?\b|\bnics?\b|\bports?\b|adapters?)")
+# InfiniBand named only by its generation: the port rate of that generation (InfiniBand Trade Association).
+IB_PORT_GBITS = {"edr": 100.0, "hdr": 200.0, "ndr": 400.0, "xdr": 800.0}
+
+
 def network(row: dict[str, Any], gpus_per_node: int) -> tuple[float | None, str | None]:
-    """(Gb/s of scale-out bandwidth per GPU, fabric kind) from the fabric notes; None where they say nothing."""
+    """(Gb/s of scale-out bandwidth per GPU, fabric kind) from the fabric notes; None where they say nothing.
+    Read in this order: a rate per GPU, a rate per node ("1600 Gbps node-node"), ports x rate ("8x 200 Gb/s", per
+    node), a rate per adapter (one adapter per GPU), an InfiniBand generation alone ("HDR": 200 Gb/s a GPU)."""
     text = (row.get("fabric_notes") or "").lower()
     kind = ("roce" if "roce" in text else "efa" if re.search(r"\befa\b", text) else
             "infiniband" if re.search(r"infiniband|\b(hdr|ndr|xdr|edr)\b", text) else
@@ -570,6 +608,16 @@ def network(row: dict[str, Any], gpus_per_node: int) -> tuple[float | None, str 
         # "8x 400 Gb/s per node": eight ports of the stated rate.
         ports = re.search(r"(\d+)\s*[x×]\s*$", text[:per_node.start()])
         return _gbits(per_node) * (int(ports.group(1)) if ports else 1) / gpus_per_node, kind
+    ports = PORTS.search(text)
+    if ports:
+        rate = float(ports.group(2).replace(",", "")) * (1000.0 if ports.group(3).startswith("t") else 1.0)
+        return int(ports.group(1)) * rate / gpus_per_node, kind
+    per_port = PER_PORT.search(text)
+    if per_port:
+        return _gbits(per_port), kind
+    generations = set(re.findall(r"\b(edr|hdr|ndr|xdr)\b", text))
+    if kind == "infiniband" and len(generations) == 1:
+        return IB_PORT_GBITS[generations.pop()], kind
     return None, kind
 
 

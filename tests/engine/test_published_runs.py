@@ -130,6 +130,19 @@ def test_a_gpu_the_catalog_lacks_is_not_read_as_its_sxm_sibling(catalog):
         assert c.why.endswith("give its figures as a custom GPU and node in a plan spec")
 
 
+def test_fewer_gpus_a_node_make_a_smaller_nvlink_domain_where_the_node_is_the_domain(catalog):
+    """Four GPUs a node of a part whose usual node is an 8-GPU NVSwitch box: a 4-GPU domain with 4 NICs, not an
+    8-GPU domain spanning two nodes; a GB200 tray keeps its rack-wide domain; a stated domain wins."""
+    base = dict(load_rows(RUNS)[0], gpus_per_node=4, nvlink_domain_gpus=None, nics_per_node=None,
+                ib_gbps_per_port=None, fabric_notes=None)
+    node = row_to_spec_doc(dict(base, gpu_type="H100 SXM5 80GB"), catalog)["cluster"]["node"]
+    assert (node["gpus"], node["nvlink_domain_gpus"], node["nics"]) == (4, 4, 4)
+    tray = row_to_spec_doc(dict(base, gpu_type="GB200", gpus=72), catalog)["cluster"]["node"]
+    assert (tray["gpus"], tray["nvlink_domain_gpus"]) == (4, 72)
+    stated = row_to_spec_doc(dict(base, gpu_type="H100 SXM5 80GB", nvlink_domain_gpus=8), catalog)
+    assert stated["cluster"]["node"]["nvlink_domain_gpus"] == 8
+
+
 def test_a_run_that_fits_only_without_the_fragmentation_margin_is_costed_and_says_so(catalog):
     """SC21's 18.4B layout with micro-batch 4 and no recomputation needs more than 80 GiB with the caching
     allocator's fragmentation allowance and less without it. A published run ran, so it is costed at the memory it

@@ -59,13 +59,21 @@ def test_pytorch_stacks_run_eagerly_unless_compiled(row, mode):
     ("H100 cluster, 96 GPUs, 800 Gbps inter-node interconnect (README/blog)", 8, (100.0, None)),
     ("IBM Cloud cluster with 3.2 Tbps RoCE interconnect for GPU-to-GPU communication (blog).", 8, (400.0, "roce")),
     ("Grand Teton: backend RDMA network 400 Gb/s per GPU; default 500W power limit", 8, (400.0, None)),
-    ("8 NVIDIA Mellanox '400 Gbps HDR InfiniBand' HCAs per node", 8, (None, "infiniband")),
+    ("8 NVIDIA Mellanox '400 Gbps HDR InfiniBand' HCAs per node", 8, (400.0, "infiniband")),  # the rate wins
     ("Single node 8xH100 (README); NVLink details not stated.", 8, (None, None)),
     ("3.2 Tbps total per node (400 Gbps InfiniBand per GPU)", 8, (400.0, "infiniband")),
     ("RoCE fabric, 1,600 Gbps node-to-node", 8, (200.0, "roce")),
     ("3.2 Tbps per node (RoCE)", 8, (400.0, "roce")), ("8x 400 Gb/s per node, NDR InfiniBand", 8,
                                                         (400.0, "infiniband")),
     ("GB200 NVL72: 4 GPUs per tray, 1.6 Tbps/node", 4, (400.0, None)),
+    # Ports x rate, a rate per adapter, a generation alone.
+    ("8x 200 Gb/s HDR InfiniBand", 8, (200.0, "infiniband")), ("RoCE, 4 x 400G", 8, (200.0, "roce")),
+    ("Selene: 8x A100 80GB per node; 8x Mellanox 200Gbps HDR IB HCAs for application traffic", 8,
+     (200.0, "infiniband")),
+    ("one 200 Gb/s HDR adapter per GPU", 8, (200.0, "infiniband")), ("HDR InfiniBand fat tree", 8,
+                                                                     (200.0, "infiniband")),
+    ("EDR and HDR islands, InfiniBand", 8, (None, "infiniband")),  # two generations: neither
+    ("100 Gbps Ethernet", 8, (None, "ethernet")),  # per node or per GPU? not said
 ])
 def test_the_fabric_notes_give_bandwidth_per_gpu_and_kind(notes, gpus, expected):
     assert rt.network({"fabric_notes": notes}, gpus) == expected
@@ -344,3 +352,15 @@ def test_a_precision_the_row_says_it_did_not_use_is_not_its_precision(text, prec
 ])
 def test_partitioned_saved_inputs_as_the_row_states_them(row, partitioned):
     assert rt.partition_activations(row) is partitioned
+
+
+@pytest.mark.parametrize("schedule, layers, pp, stages", [
+    ("interleaved 1F1B, 2 virtual stages", 80, 4, 2), ("interleaved (virtual pipeline size 5)", 80, 4, 5),
+    ("interleaved, vpp=4", 80, 4, 4), ("interleaved 1F1B, 2 model chunks per pipeline rank", 80, 4, 2),
+    ("interleaved 1F1B; num_layers_per_virtual_pipeline_stage=5", 80, 4, 4),
+    ("interleaved 1F1B; num_layers_per_virtual_pipeline_stage=3", 80, 4, None),  # 80 / (4 x 3) is no whole count
+    ("interleaved 1F1B", 80, 4, None), ("Interleaved 1F1B (doc); virtual stages not stated", 80, 4, None),
+    ("non-interleaved 1F1B, 4 chunks per rank", 80, 4, None), ("1F1B", 80, 4, None),
+])
+def test_the_virtual_stages_a_schedule_states_in_words(schedule, layers, pp, stages):
+    assert rt.virtual_stages({"pipeline_schedule": schedule, "layers": layers, "pp": pp}) == stages
