@@ -76,7 +76,7 @@ ROW_NUMBERS = ("gpus", "gpus_per_node", "nvlink_domain_gpus", "nics_per_node", "
                "nvlink_gbytes_per_s_per_gpu", "gpu_memory_gb", "params_billion", "layers", "hidden", "heads",
                "kv_heads", "ffn_hidden", "vocab", "seq_len", "global_batch", "micro_batch", "tp", "pp", "dp", "cp",
                "ep", "experts", "top_k", "expert_ffn_hidden", "shared_experts", "dense_layers", "step_time_s",
-               "tokens_per_sec_per_gpu", "mfu_percent", "tflops_per_gpu")
+               "tokens_per_sec_per_gpu", "mfu_percent", "tflops_per_gpu", "peak_tflops_per_gpu_stated")
 # Row fields read as free text (planner/runtext.py): text or null (checked_row).
 ROW_TEXTS = ("group", "model", "arch_notes", "gpu_type", "precision", "recompute", "pipeline_schedule",
              "tflops_kind", "fabric_notes", "notes", "verification", "memory")
@@ -152,19 +152,29 @@ def _vocab(row: dict[str, Any]) -> int | None:
 
 
 def _global_batch(row: dict[str, Any]) -> int | None:
-    """Stated, else derived (sequences, or tokens per batch / seq_len), else one micro-batch per DP rank (the
-    rows without one say no gradient accumulation was used)."""
+    """Stated (sequences, or tokens per batch / seq_len), else derived, else one micro-batch per DP rank (the
+    rows without one say no gradient accumulation was used); DP is GPUs / (TP x PP x CP) where the row leaves it
+    out."""
     if row.get("global_batch"):
         return row["global_batch"]
+    if row.get("tokens_per_batch") and row.get("seq_len"):
+        return int(row["tokens_per_batch"]) // row["seq_len"]
     if _derived(row, "derived_global_batch"):
         return int(_derived(row, "derived_global_batch"))
     if _derived(row, "derived_tokens_per_batch"):
         return int(_derived(row, "derived_tokens_per_batch")) // row["seq_len"]
-    dp = row.get("dp") or _derived(row, "derived_dp")
+    dp = row.get("dp") or _derived(row, "derived_dp") or _implied_dp(row)
     if dp and not row.get("micro_batch") and "explored per run" in (row.get("recompute") or "").lower():
         # The authors picked the best local batch per run: offer the search up to EXPLORED_LOCAL_BATCH per GPU.
         return dp * EXPLORED_LOCAL_BATCH
     return dp * (row.get("micro_batch") or 1) if dp else None
+
+
+def _implied_dp(row: dict[str, Any]) -> int | None:
+    """GPUs / (TP x PP x CP) when the row states the others and they divide its GPUs."""
+    model_parallel = (row.get("tp") or 1) * (row.get("pp") or 1) * (row.get("cp") or 1)
+    gpus = row.get("gpus") or 0
+    return gpus // model_parallel if gpus and gpus % model_parallel == 0 else None
 
 
 def _model_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None) -> dict[str, Any]:
@@ -367,7 +377,10 @@ def measured_step_time(row: dict[str, Any], spec: PlanSpec) -> float | None:
         half_attention = 3 * 0.5 * flops_per_token(spec.model).attention_per_layer * spec.model.layers
         model_flops -= half_attention * spec.training.global_batch * spec.model.seq_len
     if row.get("mfu_percent"):
-        return model_flops / (row["mfu_percent"] / 100 * spec.cluster.gpu.peak_tflops * 1e12 * n)
+        # MFU is a share of the peak its publisher divided by (an FP8 run may quote FP8's); the catalog's BF16 peak
+        # where the row states none.
+        peak = row.get("peak_tflops_per_gpu_stated") or spec.cluster.gpu.peak_tflops
+        return model_flops / (row["mfu_percent"] / 100 * peak * 1e12 * n)
     if row.get("tflops_per_gpu"):
         recompute = spec.layout.recompute or "none"
         # Hardware FLOPs where the row counts the recomputation (Narayanan et al. 2021, eq. 3); model FLOPs where it

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.published import WITHOUT_MARGIN, compare, error_table, load_overlays, load_rows, row_to_spec_doc
+from planner.published import (WITHOUT_MARGIN, compare, error_table, load_overlays, load_rows, measured_step_time,
+                               row_to_spec_doc)
 from planner.report import plan
 from planner.spec import parse_spec
 
@@ -128,6 +129,30 @@ def test_a_gpu_the_catalog_lacks_is_not_read_as_its_sxm_sibling(catalog):
         [c] = compare([dict(base, id="odd", gpu_type=part)], catalog)
         assert c.predicted_s is None and c.why.startswith(f"no spec: gpu_type: {part!r}: "), c.why
         assert c.why.endswith("give its figures as a custom GPU and node in a plan spec")
+
+
+def test_an_mfu_is_read_against_the_peak_the_row_divided_by(catalog):
+    """A run that quotes its MFU against FP8's peak (1,979 TFLOP/s on H100) ran twice the FLOP/s of one that quotes
+    the same MFU against BF16's (989): its step is half as long. A row that states no peak gets the catalog's."""
+    base = {k: v for k, v in load_rows(RUNS)[0].items() if k not in ("step_time_s", "derived", "tflops_per_gpu",
+                                                                        "tokens_per_sec_per_gpu")}
+    row = dict(base, gpu_type="H100 SXM5 80GB", mfu_percent=40.0)
+    spec = parse_spec(row_to_spec_doc(row, catalog), catalog)
+    unstated = measured_step_time(dict(row, peak_tflops_per_gpu_stated=None), spec)
+    assert measured_step_time(dict(row, peak_tflops_per_gpu_stated=spec.cluster.gpu.peak_tflops), spec) == unstated
+    fp8 = measured_step_time(dict(row, peak_tflops_per_gpu_stated=2 * spec.cluster.gpu.peak_tflops), spec)
+    assert fp8 == pytest.approx(unstated / 2)
+
+
+def test_the_batch_is_read_from_tokens_per_batch_and_dp_from_the_gpus(catalog):
+    """A row that gives its batch in tokens (as Llama 3's '16M tokens') has that many sequences; one that gives
+    neither a batch nor DP has one micro-batch on each of GPUs / (TP x PP x CP) replicas."""
+    base = dict(load_rows(RUNS)[0], global_batch=None, derived=None)
+    assert base["seq_len"] == 2048 and base["gpus"] == 32
+    by_tokens = row_to_spec_doc(dict(base, tokens_per_batch=2048 * 512), catalog)
+    assert by_tokens["training"]["global_batch"] == 512
+    wide = dict(base, tp=8, pp=1, dp=None, cp=None, micro_batch=4, tokens_per_batch=None)
+    assert row_to_spec_doc(wide, catalog)["training"]["global_batch"] == (32 // 8) * 4
 
 
 def test_fewer_gpus_a_node_make_a_smaller_nvlink_domain_where_the_node_is_the_domain(catalog):
