@@ -30,14 +30,22 @@ def text_of(row: dict[str, Any], *keys: str) -> str:
 
 # A mention that says the thing was not used: "no FSDP", "without FSDP", "non-FSDP" before it; "FSDP 0", "FSDP=0",
 # "FSDP: off", "FSDP n/a", "FSDP disabled" after it (tables that list every parallelism with its size).
-NEGATED_BEFORE = re.compile(r"\b(no|without|not|non)[- ]?$")
+NEGATED_BEFORE = re.compile(r"\b(no|without|not|non)[- ]?(using |use of |with )?(--)?$")  # "no --tp-comm-overlap"
 NEGATED_AFTER = re.compile(r"\s*[:=]?\s*(0|off|false|no|none|n/a|disabled|not used)(?![\w.])")
 
 
+# A mention that names the thing as what the run is compared with: "1.2x faster than Megatron-LM", "vs. FP8",
+# "compared with DeepSpeed", "relative to the BF16 baseline".
+COMPARED_BEFORE = re.compile(r"\b(than|vs\.?|versus|compared (to|with)|against|relative to)\s+(the\s+)?$")
+
+
 def affirmed(word: str, text: str) -> bool:
-    """Whether the text names `word` (a regex) as used: some mention of it that no negation qualifies."""
+    """Whether the text names `word` (a regex) as used: some mention of it that no negation qualifies and that
+    does not name it as what the run is compared with."""
     for m in re.finditer(word, text):
-        if NEGATED_BEFORE.search(text[max(0, m.start() - 12):m.start()]):
+        if NEGATED_BEFORE.search(text[max(0, m.start() - 18):m.start()]):
+            continue
+        if COMPARED_BEFORE.search(text[max(0, m.start() - 24):m.start()]):
             continue
         if NEGATED_AFTER.match(text, m.end()):
             continue
@@ -46,10 +54,11 @@ def affirmed(word: str, text: str) -> bool:
 
 
 def megatron_stack(row: dict[str, Any]) -> bool:
-    """A Megatron-family stack (Megatron-LM / -Core / -Bridge, NeMo, Transformer Engine models), named in the row
-    or its group (not its source, whose title may only compare with one)."""
+    """A Megatron-family stack (Megatron-LM / -Core / -Bridge, NeMo, Transformer Engine models), named as used in
+    the row or its group (not its source, whose title may only compare with one; nor "not Megatron", "faster
+    than Megatron-LM")."""
     text = text_of(row, "id", "group", "precision", "notes", "optimizer_sharding", "model")
-    return "megatron" in text or TE_STACKS.search(text) is not None
+    return affirmed(r"megatron|" + TE_STACKS.pattern, text)
 
 
 def deepspeed_stack(row: dict[str, Any]) -> bool:
@@ -281,21 +290,22 @@ def tp_overlap(row: dict[str, Any]) -> bool:
         return False  # the synchronous baseline of an async-TP comparison
     # A switch the row states as off ("tp_comm_overlap: False", "ub_tp_comm_overlap false", "TP comm overlap
     # off"), or a named overlap ("--tp-comm-overlap", "async TP", "TP communication overlap on").
-    switch = r"tp[-_ ](comm(unication)?[-_ ])?overlap"
+    # Transformer Engine's userbuffers are its TP-overlap communicators (Megatron-Bridge's userbuffers_* configs).
+    # A mention the row negates ("without async TP", "no --tp-comm-overlap", "async TP disabled") is no overlap.
+    switch = r"async[-_ ]?tp|userbuffers|tp[-_ ](comm(unication)?[-_ ])?overlap"
     if stated_off(switch, text):
         return False
-    # Transformer Engine's userbuffers are its TP-overlap communicators (Megatron-Bridge's userbuffers_* configs).
-    return bool(re.search(r"async[-_ ]?tp|userbuffers|" + switch, text))
+    return affirmed(switch, text)
 
 
 def ep_overlap(row: dict[str, Any]) -> bool:
     """MoE all-to-alls overlapped with another micro-batch's compute when the row says so (Megatron-Core
     --overlap-moe-expert-parallel-comm, or "EP overlap" in its feature list); off when it says the flag is false."""
     text = text_of(row, "notes", "precision")
-    switch = r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm"
+    switch = r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm|\bep overlap|\bep a2a overlap"
     if stated_off(switch, text):
         return False
-    return bool(re.search(switch + r"|\bep overlap|ep a2a overlap", text))
+    return affirmed(switch, text)
 
 
 def pp_overlap(row: dict[str, Any]) -> bool:
@@ -310,7 +320,7 @@ def pp_overlap(row: dict[str, Any]) -> bool:
         return False
     if re.search(r"async(?:hronous)?[-_ ](?:point-to-point|p2p)", text):
         return True
-    return bool(TE_STACKS.search(text + " " + text_of(row, "source")))
+    return affirmed(TE_STACKS.pattern, text + " " + text_of(row, "source"))
 
 
 # How a row says that it kept some layers' activations in CPU memory (Megatron-Core / NeMo cpu_offloading_num_layers).
@@ -481,7 +491,7 @@ def cross_entropy(row: dict[str, Any]) -> str:
     text = text_of(row, "id", "group", "precision", "notes", "model", "source")
     if CHUNKED_LOSS.search(text_of(row, "notes", "arch_notes", "precision")):
         return "chunked"
-    if any(w in text for w in ("hugging face", "huggingface")):
+    if affirmed(r"hugging ?face", text):
         return "eager"
     if "torchtitan" not in text:
         return "fused"
@@ -509,11 +519,10 @@ def fp8_gather(row: dict[str, Any]) -> bool:
     text = text_of(row, "id", "precision", "notes")
     if "bf16 fsdp all-gather" in text or "bf16ag" in text:
         return False
-    switch = r"fp8[-_ ]param[-_ ]gather|(?:enable_fsdp_)?float8[-_ ]all[-_ ]gather"
+    switch = r"fp8[-_ ]param[-_ ]gather|(?:enable_fsdp_)?float8[-_ ]all[-_ ]gather|fp8ag|float8 fsdp2 all-gather"
     if stated_off(switch, text):  # "fp8_param_gather False", "enable_fsdp_float8_all_gather=false"
         return False
-    return any(w in text for w in ("fp8_param_gather", "fp8 param gather", "float8 all-gather", "float8_all_gather",
-                                   "fp8ag", "float8 fsdp2 all-gather"))
+    return affirmed(switch, text)  # "--fp8-param-gather" too; not "no fp8 param gather"
 
 
 def attention_kernel(row: dict[str, Any], gpu: str) -> str:

@@ -152,6 +152,7 @@ def test_torchtitans_per_layer_checkpointing_defaults_to_every_other_layer():
     ("features 'DeepEP; EP overlap'. Recipe YAML: overlap_moe_expert_parallel_comm True", True),
     ("features 'BF16 baseline'. Recipe YAML: overlap_moe_expert_parallel_comm False, delay_wgrad_compute False", False),
     ("launched with --overlap-moe-expert-parallel-comm", True), ("no MoE flags", False),
+    ("no EP overlap", False), ("without EP A2A overlap", False),
 ])
 def test_moe_all_to_all_overlap_as_the_row_states_it(notes, overlap):
     assert rt.ep_overlap({"notes": notes}) is overlap
@@ -268,6 +269,7 @@ def test_the_zero_stage_is_the_sharding_the_row_names(sharding, stage):
     ("fp8_param_gather True", True), ("Recipe YAML: fp8_param_gather False, overlap_grad_reduce True", False),
     ("enable_fsdp_float8_all_gather=true", True), ("enable_fsdp_float8_all_gather=false", False),
     ("torchao float8, bf16 FSDP all-gather", False), ("", False),
+    ("--fp8-param-gather", True), ("no fp8 param gather", False), ("float8 all-gather disabled", False),
 ])
 def test_an_fp8_parameter_gather_is_read_on_or_off_as_stated(notes, gather):
     assert rt.fp8_gather({"notes": notes, "precision": "FP8"}) is gather
@@ -312,6 +314,10 @@ def test_the_recompute_mode_is_the_one_the_row_names(recompute, mode):
     ("ub_tp_comm_overlap false (launcher yaml)", False), ("vanilla TP baseline", False), ("", False),
     ("TP overlap on (userbuffers)", True), ("userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192", True),
     ("TP overlap: off", False),
+    # Negated mentions: the overlap was not used.
+    ("without async TP", False), ("async TP disabled", False), ("no --tp-comm-overlap", False),
+    ("tp-comm-overlap not used", False), ("async-TP: False", False), ("userbuffers off", False),
+    ("async TP on", True),
 ])
 def test_tp_overlap_is_on_only_where_the_row_says_so(notes, overlap):
     assert rt.tp_overlap({"notes": notes}) is overlap
@@ -364,3 +370,20 @@ def test_partitioned_saved_inputs_as_the_row_states_them(row, partitioned):
 ])
 def test_the_virtual_stages_a_schedule_states_in_words(schedule, layers, pp, stages):
     assert rt.virtual_stages({"pipeline_schedule": schedule, "layers": layers, "pp": pp}) == stages
+
+
+@pytest.mark.parametrize("notes, megatron, native", [
+    ("PyTorch FSDP, not Megatron", False, True),
+    ("torchtitan FSDP2; 1.2x faster than Megatron-LM on the same cluster", False, True),
+    ("FSDP2 run, compared with Megatron-Core at the same batch", False, True),
+    ("not using Transformer Engine; PyTorch FSDP", False, True),
+    ("Megatron-Core with Transformer Engine", True, False), ("Megatron-DeepSpeed", True, False),
+])
+def test_a_stack_named_only_as_the_comparison_or_negated_is_not_the_runs(notes, megatron, native):
+    row = {"group": "X", "notes": notes}
+    assert rt.megatron_stack(row) is megatron and rt.native_stack(row) is native
+
+
+def test_a_precision_named_as_the_comparison_is_not_the_runs():
+    assert rt.precision({"precision": "BF16 (1.3x slower than FP8)"}, "H100 SXM5 80GB") == "bf16"
+    assert rt.precision({"precision": "FP8 (vs. BF16 baseline)"}, "H100 SXM5 80GB") == "fp8"
