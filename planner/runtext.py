@@ -559,10 +559,15 @@ def attention_kernel(row: dict[str, Any], gpu: str) -> str:
         return "unfused"
     if te_stack or named:
         return "flash"  # Transformer Engine runs FlashAttention before Hopper
-    pre_flash = pre_hopper and not str(row.get("group") or "").startswith(("F_", "M_"))
+    # Stacks that postdate FlashAttention and run a flash kernel on any GPU: torchtitan and torchao (SDPA),
+    # fms-fsdp (SDPA), llm-foundry (attn_impl flash or triton, read above where the row names it).
+    flash_era = any(affirmed(re.escape(w), text_of(row, "id", "notes", "model", "optimizer_sharding"))
+                    for w in FLASH_ERA_STACKS) and not megatron_stack(row)
+    pre_flash = pre_hopper and not flash_era and not str(row.get("group") or "").startswith(("F_", "M_"))
     return "unfused" if pre_flash else "flash"
 
 
+FLASH_ERA_STACKS = ("torchtitan", "torchao", "fms-fsdp", "llm-foundry")
 # cuDNN named as the attention kernel, not for another op ("cuDNN LayerNorm", NVTE_NORM_FWD_USE_CUDNN).
 CUDNN_ATTENTION = re.compile(r"cudnn[-_ ]*(fused[-_ ]*)?(attention|attn|sdpa|flash|fmha)|fused[-_ ]attention"
                             r"|sdpbackend\.cudnn|cudnn_attention|(attention|attn|sdpa)[^.;]{0,30}cudnn")

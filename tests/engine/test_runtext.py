@@ -33,6 +33,10 @@ FOUNDRY_2024 = "fsdp limit_all_gathers=true; attn_impl 'flash' for 1b/3b/7b/70b 
     ({"group": "F_x", "notes": "no FlashAttention-3; SDPA flash backend"}, "H100 SXM5 80GB", "flash"),
     # Transformer Engine without FlashAttention still runs its cuDNN FusedAttention on Hopper+.
     ({"notes": "Megatron-Core with Transformer Engine, no flash attention"}, "H100 SXM5 80GB", "cudnn"),
+    # A stack that postdates FlashAttention runs a flash kernel on an A100, whatever the row's group is called.
+    ({"group": "X", "notes": "torchtitan FSDP2"}, "A100 SXM4 80GB", "flash"),
+    ({"group": "X", "notes": "fms-fsdp, SDPA"}, "A100 SXM4 80GB", "flash"),
+    ({"group": "X", "notes": "Megatron-LM, 2021"}, "A100 SXM4 80GB", "unfused"),
 ])
 def test_the_attention_kernel_is_the_one_the_row_names(row, gpu, kernel):
     assert rt.attention_kernel(row, gpu) == kernel
