@@ -61,6 +61,7 @@ NOT_IN_CATALOG = ((re.compile(r"GH200|GRACE[- ]HOPPER"), "the Grace Hopper super
 A800_NVLINK_GBYTES_PER_S = 400
 FABRIC_BY_PORT = {100: "EDR InfiniBand fat tree", 200: "HDR InfiniBand fat tree", 400: "NDR InfiniBand fat tree",
                   800: "XDR InfiniBand fat tree"}
+SLINGSHOT_FABRIC = "Dragonfly 400 Gb/s (Slingshot-style)"
 # End-to-end latency of a fabric a row names only by its kind (as the catalog's RoCE, TCP and EFA fabrics).
 FABRIC_LATENCY_US = {"roce": 3.0, "ethernet": 30.0, "efa": 15.0}
 # Vocabulary of a tokenizer a row names but whose size it leaves out: the padded vocab_size of the model's
@@ -355,6 +356,10 @@ def _network(row: dict[str, Any], catalog: Catalog, gpu: str) -> tuple[dict[str,
         node["gpus"] = node["nvlink_domain_gpus"] = row["gpus"]  # part of one node (Zero Bubble's 8-GPU rows)
     if node["nvlink_domain_gpus"] == 72 and row["gpus"] % 72 and row["gpus"] % 64 == 0:
         node["nvlink_domain_gpus"] = 64  # NVL72 racks run jobs of 64 GPUs (16 of 18 trays, 2 spares)
+    if kind == "slingshot":
+        # HPE Slingshot: the catalog's Slingshot-style dragonfly (RoCE-class latency), at the row's port rate.
+        fabric = dict(catalog["fabric"][SLINGSHOT_FABRIC], name="Slingshot dragonfly (the run's fabric notes)")
+        return node, {**fabric, "link_gbits_per_s": node["nic_gbits_per_s"]}
     if kind in (None, "infiniband") or row.get("ib_gbps_per_port"):
         return node, FABRIC_BY_PORT.get(int(node["nic_gbits_per_s"]), "NDR InfiniBand fat tree")
     return node, {"name": f"{kind} fat tree (the run's fabric notes)", "topology": "fat_tree", "kind": kind,

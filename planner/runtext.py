@@ -611,7 +611,8 @@ def network(row: dict[str, Any], gpus_per_node: int) -> tuple[float | None, str 
     Read in this order: a rate per GPU, a rate per node ("1600 Gbps node-node"), ports x rate ("8x 200 Gb/s", per
     node), a rate per adapter (one adapter per GPU), an InfiniBand generation alone ("HDR": 200 Gb/s a GPU)."""
     text = (row.get("fabric_notes") or "").lower()
-    kind = ("roce" if "roce" in text else "efa" if re.search(r"\befa\b", text) else
+    kind = ("slingshot" if "slingshot" in text else "roce" if "roce" in text else
+            "efa" if re.search(r"\befa\b", text) else
             "infiniband" if re.search(r"infiniband|\b(hdr|ndr|xdr|edr)\b", text) else
             "ethernet" if re.search(r"ethernet|\btcp\b", text) else None)
     per_gpu = PER_GPU.search(text)

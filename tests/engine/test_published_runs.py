@@ -168,6 +168,15 @@ def test_fewer_gpus_a_node_make_a_smaller_nvlink_domain_where_the_node_is_the_do
     assert stated["cluster"]["node"]["nvlink_domain_gpus"] == 8
 
 
+def test_a_slingshot_network_is_the_catalogs_dragonfly_at_the_rows_port_rate(catalog):
+    """HPE Slingshot (Alps, Frontier-class machines) is a dragonfly, not an InfiniBand fat tree."""
+    row = dict(load_rows(RUNS)[0], gpus_per_node=4, nvlink_domain_gpus=None, nics_per_node=None,
+               ib_gbps_per_port=None, fabric_notes="HPE Slingshot-11, 4 x 200 Gb/s per node")
+    fabric = row_to_spec_doc(row, catalog)["cluster"]["fabric"]
+    assert fabric["topology"] == "dragonfly" and fabric["link_gbits_per_s"] == 200.0
+    assert parse_spec(row_to_spec_doc(row, catalog), catalog).cluster.fabric.topology == "dragonfly"
+
+
 def test_a_run_that_fits_only_without_the_fragmentation_margin_is_costed_and_says_so(catalog):
     """SC21's 18.4B layout with micro-batch 4 and no recomputation needs more than 80 GiB with the caching
     allocator's fragmentation allowance and less without it. A published run ran, so it is costed at the memory it
