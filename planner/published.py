@@ -178,14 +178,37 @@ def _implied_dp(row: dict[str, Any]) -> int | None:
     return gpus // model_parallel if gpus and gpus % model_parallel == 0 else None
 
 
+# A model's shape a row may leave to its name: the catalog preset's fields for those the row leaves null.
+PRESET_SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts", "top_k",
+                "expert_ffn_hidden", "shared_experts", "dense_layers")
+
+
+def model_preset(row: dict[str, Any], catalog: Catalog) -> dict[str, Any] | None:
+    """The catalog model preset the row's model names ("Llama 3 70B", "GPT-3 175B (Brown et al.)"), when the row
+    leaves its shape out; the longest preset name found in the model text wins, its parenthetical aside."""
+    if row.get("layers") and row.get("hidden") and row.get("heads"):
+        return None
+    text = " ".join(str(row.get("model") or "").lower().split())
+    names = sorted(catalog.get("model", {}), key=lambda n: -len(n))
+    found = next((n for n in names if n.split(" (")[0].lower() in text), None)
+    return catalog["model"][found] if found else None
+
+
 def _model_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None) -> dict[str, Any]:
     notes = (row.get("arch_notes") or "").lower()
-    model = {"name": row["model"], "layers": row["layers"], "hidden": row["hidden"], "heads": row["heads"],
-             "kv_heads": row.get("kv_heads"), "ffn_hidden": row.get("ffn_hidden"), "vocab": _vocab(row),
-             "seq_len": row["seq_len"], "gated_mlp": _gated(row, catalog) if gated is None else gated,
-             "tied_embeddings": "tied" in notes and "untied" not in notes, "dropout": rt.dropout(row)}
+    preset = model_preset(row, catalog)
+    if preset is not None:
+        row = {**row, **{k: preset.get(k) for k in PRESET_SHAPE if row.get(k) is None and preset.get(k)}}
+        if gated is None and not any(w in notes for w in ("swiglu", "gated", "geglu", "gelu", "relu")):
+            gated = preset.get("gated_mlp", True)
+    model = {"name": row.get("model"), "layers": row.get("layers"), "hidden": row.get("hidden"),
+             "heads": row.get("heads"), "kv_heads": row.get("kv_heads"), "ffn_hidden": row.get("ffn_hidden"),
+             "vocab": _vocab(row), "seq_len": row.get("seq_len"),
+             "gated_mlp": _gated(row, catalog) if gated is None else gated,
+             "tied_embeddings": ("tied" in notes and "untied" not in notes) if preset is None or notes
+             else bool(preset.get("tied_embeddings")), "dropout": rt.dropout(row)}
     for key in ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "dense_layers"):
-        if row.get(key):
+        if row.get(key) and not (key in ("experts", "top_k") and row[key] == 1):
             model[key] = row[key]
     if rt.affirmed(r"\bmhc\b|hyper[- ]connections?", notes):
         model["residual_streams"] = rt.hyper_connection_streams(notes)

@@ -168,6 +168,20 @@ def test_fewer_gpus_a_node_make_a_smaller_nvlink_domain_where_the_node_is_the_do
     assert stated["cluster"]["node"]["nvlink_domain_gpus"] == 8
 
 
+def test_a_row_that_leaves_the_shape_to_the_models_name_gets_the_catalog_preset(catalog):
+    """'Meta Llama 3.1 405B (Table 4)' with no layers, width or heads is the catalog's Llama 3.1 405B (a stated
+    field wins); a model the catalog has no preset for is still reported as missing its shape."""
+    shape = {k: None for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")}
+    row = dict(load_rows(RUNS)[0], **shape, model="Meta Llama 3.1 405B (Table 4)", seq_len=8192)
+    model = row_to_spec_doc(row, catalog)["model"]
+    preset = catalog["model"]["Llama 3.1 405B"]
+    assert {k: model[k] for k in shape} == {k: preset[k] for k in shape} and model["gated_mlp"] is True
+    assert model["seq_len"] == 8192
+    assert row_to_spec_doc(dict(row, vocab=32000), catalog)["model"]["vocab"] == 32000
+    [c] = compare([dict(row, model="Llama 2 70B")], catalog)
+    assert c.predicted_s is None and c.why.startswith("no spec: model.layers: is required")
+
+
 def test_a_slingshot_network_is_the_catalogs_dragonfly_at_the_rows_port_rate(catalog):
     """HPE Slingshot (Alps, Frontier-class machines) is a dragonfly, not an InfiniBand fat tree."""
     row = dict(load_rows(RUNS)[0], gpus_per_node=4, nvlink_domain_gpus=None, nics_per_node=None,
