@@ -52,9 +52,9 @@ NODE_BY_GPU = {"GB300": "GB300 NVL72 compute tray", "B300": "HGX B300", "GB200":
 # would cost the run on the wrong peak, memory or node, silently. The planner asks for their figures instead.
 NOT_IN_CATALOG = ((re.compile(r"GH200|GRACE[- ]HOPPER"), "the Grace Hopper superchip (96 or 144 GB, 4-superchip "
                    "nodes) is not the H200 SXM"),
-                  (re.compile(r"(H100|H800|A100|A800).*\bPCIE|\bPCIE\b.*(H100|H800|A100|A800)"),
+                  (re.compile(r"^(?!.*SXM).*((H100|H800|A100|A800).*\bPCIE|\bPCIE\b.*(H100|H800|A100|A800))"),
                    "a PCIe card runs at a lower power limit than the SXM module the catalog holds, without NVSwitch"),
-                  (re.compile(r"H100[- ]?NVL"), "the H100 NVL (94 GB, PCIe, paired NVLink bridges) is not the H100 "
+                  (re.compile(r"H100[- ]?NVL\b"), "the H100 NVL (94 GB, PCIe, paired NVLink bridges) is not the H100 "
                    "SXM"))
 # The A800 is the A100 with its NVLink cut from 600 to 400 GB/s (NVIDIA A800 SXM4 datasheet, 2022); a row that
 # names it and states no NVLink bandwidth gets that.

@@ -125,6 +125,9 @@ def test_a_gpu_the_catalog_lacks_is_not_read_as_its_sxm_sibling(catalog):
     nvl = row_to_spec_doc(dict(base, gpu_type="H200 NVL (141 GB)"), catalog)["cluster"]
     assert nvl["gpu"] == "H200 NVL" and nvl["node"]["name"] == "H200 NVL server (4-GPU NVLink bridges)"
     assert nvl["node"]["nvlink_domain_gpus"] == 4
+    # NVLink and a PCIe host link named beside an SXM part are not those cards.
+    for sxm in ("H100 NVLink 900 GB/s", "H100 SXM5 80GB (PCIe Gen5 host link)"):
+        assert row_to_spec_doc(dict(base, gpu_type=sxm), catalog)["cluster"]["gpu"] == "H100 SXM5 80GB"
     for part in ("GH200 96GB", "NVIDIA A100 80GB PCIe", "H100-PCIe-80GB", "H100 NVL 94GB"):
         [c] = compare([dict(base, id="odd", gpu_type=part)], catalog)
         assert c.predicted_s is None and c.why.startswith(f"no spec: gpu_type: {part!r}: "), c.why
