@@ -393,7 +393,8 @@ VIRTUAL_STAGES = re.compile(r"(\d+)\s*(?:virtual (?:pipeline )?stages|(?:model )
                             r"(?:pipeline )?(?:rank|stage|device|gpu))"
                             r"|virtual[-_ ]pipeline(?:[-_ ]model[-_ ]parallel)?[-_ ]size\W{0,3}(\d+)"
                             r"|\bvpp?\s*[=:]\s*(\d+)|\bvpp\s+(\d+)")
-LAYERS_PER_VIRTUAL_STAGE = re.compile(r"(?:num[-_ ])?layers[-_ ]per[-_ ]virtual[-_ ](?:pipeline[-_ ])?stage\W{0,3}(\d+)")
+LAYERS_PER_VIRTUAL_STAGE = re.compile(r"(?:num[-_ ])?layers[-_ ]per[-_ ]virtual[-_ ](?:pipeline[-_ ])?stage"
+                                      r"\W{0,3}(\d+)")
 
 
 def virtual_stages(row: dict[str, Any]) -> int | None:
