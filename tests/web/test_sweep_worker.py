@@ -23,7 +23,7 @@ def sweep_plans(code: str) -> list[Plan]:
     return list(Plan.objects.filter(sweep_scenarios__sweep__code=code).order_by("sweep_scenarios__position"))
 
 
-def wait_for_sweep(web: WebServer, code: str, timeout: float = 120) -> dict[str, Any]:
+def wait_for_sweep(web: WebServer, code: str, timeout: float = 120, *workers: WorkerProcess) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status, body = web.get_json(f"/api/sweeps/{code}")
@@ -31,7 +31,12 @@ def wait_for_sweep(web: WebServer, code: str, timeout: float = 120) -> dict[str,
         if body["status"] == "done":
             return body
         time.sleep(0.2)
-    raise AssertionError(f"the sweep did not finish in {timeout} s: {body['done']} of {body['total']}")
+    # Where each scenario's plan stands, and what the workers said: enough to tell a lost message from a stuck
+    # search or a lease never recovered.
+    states = "\n".join(f"  plan {p.pk}: {p.status}, attempts {p.attempts}, dispatched {p.dispatched_at}, lease until "
+                       f"{p.lease_expires_at}, error {p.error!r}" for p in sweep_plans(code))
+    raise AssertionError(f"the sweep did not finish in {timeout} s: {body['done']} of {body['total']}\n{states}\n"
+                         f"{outputs(*workers)}")
 
 
 def test_two_real_workers_share_a_sweep_and_finish_it(seeded, broker_env, spawn):
@@ -43,7 +48,7 @@ def test_two_real_workers_share_a_sweep_and_finish_it(seeded, broker_env, spawn)
              "goal": {"tokens": 1e12, "deadline_days": 30}}
     status, created = web.post_json("/api/sweeps", sweep)
     assert status == 201 and created["total"] == 6, created
-    body = wait_for_sweep(web, created["code"])
+    body = wait_for_sweep(web, created["code"], 120, *workers)
     assert (body["done"], body["total"]) == (6, 6), outputs(*workers)
     assert all(row["status"] == "done" and row["step_time_s"] > 0 and row["time_to_train_days"] > 0
                for row in body["scenarios"]), body["scenarios"]
@@ -71,7 +76,7 @@ def test_a_worker_killed_mid_sweep_loses_nothing(seeded, broker_env, spawn):
     assert len(killed) == 1 and killed[0].result is None, f"the kill must land mid-search\n{outputs(first)}"
 
     second = spawn(WorkerProcess(broker_env, name="second"))
-    body = wait_for_sweep(web, created["code"], timeout=120)
+    body = wait_for_sweep(web, created["code"], 120, second)
     assert all(row["status"] == "done" and row["step_time_s"] > 0 for row in body["scenarios"]), outputs(second)
     killed[0].refresh_from_db()
     assert killed[0].attempts == 2  # the killed search, then exactly one more
