@@ -600,6 +600,10 @@ PER_NODE = re.compile(RATE + r"(?:[^.;\d]*?(?:inter-node|internode|node-node|nod
 
 # "8x 200 Gb/s HDR InfiniBand", "8 x 400G": that many ports of that rate on each node.
 PORTS = re.compile(r"(\d+)\s*[x×]\s*(?:[a-z-]+\s+){0,2}?(\d[\d,]*(?:\.\d+)?)\s*(tbps|tb/s|gbps|gb/s|g)\b")
+# A count of adapters with their rate: "4 ConnectX-7 400G NICs", "eight 400 Gb/s HCAs" (per node).
+COUNTED_ADAPTERS = re.compile(r"\b(\d{1,2}|one|two|four|eight|sixteen)\s+(?:[\w.-]+\s+){0,3}?(\d[\d,]*(?:\.\d+)?)\s*"
+                              r"(tbps|tb/s|gbps|gb/s|g)\b[^.;\d]{0,30}?\b(?:nics?|hcas?|ports?|adapters?)\b")
+COUNT_WORDS = {"one": 1, "two": 2, "four": 4, "eight": 8, "sixteen": 16}
 # A rate named for one adapter: "400 Gbps HDR InfiniBand HCAs", "200 Gb/s ports", "NIC 400 Gb/s" (one per GPU, as
 # every catalog node but AWS's carries them).
 PER_PORT = re.compile(RATE + r"[^.;\d]{0,40}?(?:infiniband|\bib\b|\bhcas?\b|\bnics?\b|\bports?\b|adapters?)")
@@ -610,7 +614,8 @@ IB_PORT_GBITS = {"edr": 100.0, "hdr": 200.0, "ndr": 400.0, "xdr": 800.0}
 def network(row: dict[str, Any], gpus_per_node: int) -> tuple[float | None, str | None]:
     """(Gb/s of scale-out bandwidth per GPU, fabric kind) from the fabric notes; None where they say nothing.
     Read in this order: a rate per GPU, a rate per node ("1600 Gbps node-node"), ports x rate ("8x 200 Gb/s", per
-    node), a rate per adapter (one adapter per GPU), an InfiniBand generation alone ("HDR": 200 Gb/s a GPU)."""
+    node), a count of adapters with their rate ("4 ConnectX-7 400G NICs", per node), a rate per adapter (one
+    adapter per GPU), an InfiniBand generation alone ("HDR": 200 Gb/s a GPU)."""
     text = (row.get("fabric_notes") or "").lower()
     kind = ("slingshot" if "slingshot" in text else "roce" if "roce" in text else
             "efa" if re.search(r"\befa\b", text) else
@@ -628,6 +633,11 @@ def network(row: dict[str, Any], gpus_per_node: int) -> tuple[float | None, str 
     if ports:
         rate = float(ports.group(2).replace(",", "")) * (1000.0 if ports.group(3).startswith("t") else 1.0)
         return int(ports.group(1)) * rate / gpus_per_node, kind
+    counted = COUNTED_ADAPTERS.search(text)
+    if counted:
+        count = COUNT_WORDS.get(counted.group(1)) or int(counted.group(1))
+        rate = float(counted.group(2).replace(",", "")) * (1000.0 if counted.group(3).startswith("t") else 1.0)
+        return count * rate / gpus_per_node, kind
     per_port = PER_PORT.search(text)
     if per_port:
         return _gbits(per_port), kind

@@ -78,6 +78,9 @@ def test_pytorch_stacks_run_eagerly_unless_compiled(row, mode):
                                                                      (200.0, "infiniband")),
     ("EDR and HDR islands, InfiniBand", 8, (None, "infiniband")),  # two generations: neither
     ("100 Gbps Ethernet", 8, (None, "ethernet")),  # per node or per GPU? not said
+    ("each node has 4 NVIDIA ConnectX-7 400G NICs", 8, (200.0, None)),
+    ("eight 400 Gb/s HCAs, InfiniBand NDR", 8, (400.0, "infiniband")),
+    ("8 H100 GPUs and 8 400G NICs (RoCE)", 8, (400.0, "roce")), ("in 2024 we used 400G NICs", 8, (None, None)),
 ])
 def test_the_fabric_notes_give_bandwidth_per_gpu_and_kind(notes, gpus, expected):
     assert rt.network({"fabric_notes": notes}, gpus) == expected
