@@ -134,7 +134,12 @@ def block_level(row: dict[str, Any]) -> bool:
     layers")."""
     text = (row.get("recompute") or "").lower()
     return any(word in text for word in ("block-level", "per-layer", "every k-th")) \
+        or EVERY_NTH.search(text) is not None \
         or _megatron_block_layers(text) is not None or LAYERS_OF.search(text) is not None
+
+
+# "every 2 layers", "every 4th block", "every other layer": one layer in n checkpointed ("every block" is all).
+EVERY_NTH = re.compile(r"every (\d+|other)(?:st|nd|rd|th)?[- ](?:transformer )?(?:blocks?|layers?)")
 
 
 # Megatron's --recompute-method block recomputes the first --recompute-num-layers layers of each model chunk (a
@@ -166,9 +171,9 @@ def recompute_fraction(row: dict[str, Any], model_flops: float, layer_forward_fl
     if not block_level(row):
         return None
     text = (row.get("recompute") or "").lower()
-    every = re.search(r"every (\d+)(?:st|nd|rd|th)? (?:block|layer)", text)
+    every = EVERY_NTH.search(text)
     if every:
-        return 1.0 / int(every.group(1))
+        return 1.0 / (2 if every.group(1) == "other" else max(1, int(every.group(1))))
     share = LAYERS_OF.search(text)
     if share and int(share.group(2)) > 0:
         return min(1.0, int(share.group(1)) / int(share.group(2)))

@@ -394,3 +394,16 @@ def test_a_stack_named_only_as_the_comparison_or_negated_is_not_the_runs(notes, 
 def test_a_precision_named_as_the_comparison_is_not_the_runs():
     assert rt.precision({"precision": "BF16 (1.3x slower than FP8)"}, "H100 SXM5 80GB") == "bf16"
     assert rt.precision({"precision": "FP8 (vs. BF16 baseline)"}, "H100 SXM5 80GB") == "fp8"
+
+
+@pytest.mark.parametrize("recompute, share", [
+    ("activation checkpointing every 2 layers", 0.5), ("full AC on every 4th block", 0.25),
+    ("checkpoint every other layer", 0.5), ("selective (every 2nd layer)", 0.5),
+    ("full (FSDP activation checkpointing of every MPT block)", None),
+    ("full activation checkpointing (every transformer block)", None),
+])
+def test_checkpointing_every_nth_layer_is_that_share_and_every_block_is_all(recompute, share):
+    row = {"recompute": recompute, "layers": 80, "pp": 1, "source": {}}
+    assert rt.block_level(row) is (share is not None)
+    assert rt.recompute_fraction(row, 1.0, 1.0) == share
+    assert rt.recompute_mode(row) == (None if share is not None else "full")
