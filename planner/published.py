@@ -78,6 +78,8 @@ ROW_NUMBERS = ("gpus", "gpus_per_node", "nvlink_domain_gpus", "nics_per_node", "
                "kv_heads", "ffn_hidden", "vocab", "seq_len", "global_batch", "micro_batch", "tp", "pp", "dp", "cp",
                "ep", "experts", "top_k", "expert_ffn_hidden", "shared_experts", "dense_layers", "step_time_s",
                "tokens_per_sec_per_gpu", "mfu_percent", "tflops_per_gpu", "peak_tflops_per_gpu_stated")
+YES_NO = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False,
+          "none": False}
 # Row fields read as free text (planner/runtext.py): text or null (checked_row).
 ROW_TEXTS = ("group", "model", "arch_notes", "gpu_type", "precision", "recompute", "pipeline_schedule",
              "tflops_kind", "fabric_notes", "notes", "verification", "memory")
@@ -321,9 +323,9 @@ def _pipelined_fsdp(row: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def checked_row(row: Any) -> dict[str, Any]:
-    """The row with every field the harness reads checked, and two shorthands spelled out: a yes/no recompute
-    (true: the stack's activation checkpointing of whole layers, full; false: none) and a source given as its
-    bare title. A field of the wrong kind raises SpecError naming it, as a bad spec field does."""
+    """The row with every field the harness reads checked, and three shorthands spelled out: a yes/no recompute
+    (true: the stack's activation checkpointing of whole layers, full; false: none), a yes/no sequence_parallel,
+    and a source given as its bare title. A field of the wrong kind raises SpecError naming it, as a bad spec field does."""
     if not isinstance(row, dict):
         raise SpecError.one("row", f"must be an object of run fields, not {_shown(row)}")
     for key in ROW_NUMBERS:
@@ -336,6 +338,12 @@ def checked_row(row: Any) -> dict[str, Any]:
         out["recompute"] = "full" if out["recompute"] else "none"
     if isinstance(out.get("source"), str):
         out["source"] = {"title": out["source"]}
+    sp = out.get("sequence_parallel")
+    if sp is not None and not isinstance(sp, bool):  # "yes", "no", 0, 1 as a table writes them
+        word = str(sp).strip().lower()
+        if word not in YES_NO:
+            raise SpecError.one("sequence_parallel", f"must be true or false, not {_shown(sp)}")
+        out["sequence_parallel"] = YES_NO[word]
     for key in ROW_TEXTS:
         if out.get(key) is not None and not isinstance(out[key], str):
             raise SpecError.one(key, f"must be text, not {_shown(out[key])}")

@@ -102,6 +102,16 @@ def test_a_row_text_field_of_another_kind_is_named(catalog, field, value, messag
     assert c.predicted_s is None and c.why == f"no spec: {message}"
 
 
+def test_a_yes_no_sequence_parallel_column_is_read_as_said(catalog):
+    """'no' is off (it had been truthy text, so on); a word that is neither is named."""
+    base = dict(load_rows(RUNS)[0], tp=8, pp=4, dp=1, gpus=32)
+    read = {v: row_to_spec_doc(dict(base, sequence_parallel=v), catalog)["layout"]["sequence_parallel"]
+            for v in ("yes", "No", "false", 1, 0, True)}
+    assert read == {"yes": True, "No": False, "false": False, 1: True, 0: False, True: True}
+    [c] = compare([dict(base, id="odd", sequence_parallel="maybe")], catalog)
+    assert c.why == "no spec: sequence_parallel: must be true or false, not 'maybe'"
+
+
 def test_yes_no_recompute_and_a_bare_source_title_are_read(catalog):
     """A table's Activation Checkpointing column as a bool, and a source given as its title alone."""
     base = load_rows(RUNS)[0]
