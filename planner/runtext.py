@@ -201,13 +201,16 @@ def first_int(value: Any) -> int | None:
     return int(digits.group(1)) if digits else None
 
 
-def zero_stage(sharding: Any) -> int:
+def zero_stage(sharding: Any) -> int | None:
     """optimizer_sharding: null, false, DDP or NO_SHARD -> 0; a ZeRO stage number; FSDP full shard / FSDP2
     fully_shard / hybrid shard (HSDP) / ZeRO-3 / ZeRO++ / Megatron-FSDP optim_grads_params -> 3; FSDP
-    SHARD_GRAD_OP / ZeRO-2 / optim_grads -> 2; "distributed optimizer", ZeRO-1 or anything else sharded -> 1."""
+    SHARD_GRAD_OP / ZeRO-2 / optim_grads -> 2; "distributed optimizer", ZeRO-1 or anything else sharded -> 1;
+    "not stated", "unknown" -> None (the search picks)."""
     if isinstance(sharding, int) and not isinstance(sharding, bool):
         return sharding
     text = str(sharding or "").lower()
+    if re.match(r"\s*(not stated|unknown|unspecified|n/a\b)", text):
+        return None  # said to be unknown: the search picks, as for an unstated recompute
     if not text or text in ("none", "false", "no") or re.search(r"no[_ ]shard", text):
         return 0
     # Megatron-FSDP's data-parallel sharding strategies: optim (1), optim_grads (2), optim_grads_params (3).

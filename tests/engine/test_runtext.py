@@ -267,6 +267,8 @@ def test_a_four_bit_row_is_reported_not_costed_at_sixteen_bits():
     # A table that lists every parallelism with its size says "FSDP 0" for a run without it.
     ("distributed optimizer (FSDP 0)", 1), ("distributed optimizer; FSDP=0", 1), ("no FSDP, distributed optimizer", 1),
     ("Megatron-FSDP off; distributed optimizer", 1), ("FSDP: n/a", 1), ("fms-fsdp FSDP full shard", 3),
+    # Said to be unknown: the search picks, as for an unstated recompute.
+    ("not stated in the paper", None), ("unknown", None), ("n/a", None),
 ])
 def test_the_zero_stage_is_the_sharding_the_row_names(sharding, stage):
     assert rt.zero_stage(sharding) == stage
