@@ -1,6 +1,7 @@
 """Celery wiring, as cookiecutter-django does it: settings come from Django's, under the CELERY_ prefix.
 
-Three additions, in every worker so that no extra process is needed:
+Three additions, in every worker so that no extra process is needed (and, in every process, the embedded
+broker's safer transport, webui/broker.py):
 - each pool process caps its address space (PLAN_MEMORY_LIMIT_MB), so a search that would exhaust the machine
   fails with MemoryError instead;
 - a timer runs `delivery.plans_recover` every PLAN_RECOVER_EVERY_S (and once soon after start): lapsed leases
@@ -23,7 +24,12 @@ from typing import Any
 from celery import Celery, bootsteps
 from celery.signals import worker_process_init, worker_ready
 
+from . import broker
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webui.settings")
+
+# filesystem:// (the embedded broker) writes and reads whole messages only (webui/broker.py).
+broker.install()
 
 app = Celery("webui")
 app.config_from_object("django.conf:settings", namespace="CELERY")

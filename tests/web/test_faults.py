@@ -147,6 +147,25 @@ def test_a_plan_whose_message_a_redis_restart_lost_is_sent_again(seeded, redis, 
     assert plan.attempts == 1
 
 
+@pytest.mark.parametrize("broker_env", ["filesystem"], indirect=True)
+def test_a_torn_message_file_does_not_stop_the_worker(seeded, broker_env, spawn):
+    """A message file cut off mid-write (its writer, a worker sending a plan again, was killed; webui/broker.py)
+    lies first in the embedded broker's queue. Kombu's own transport raised its JSON error out of the consumer and
+    Celery stopped the worker ("Unrecoverable error: JSONDecodeError"), so no plan ran again; the worker now skips
+    it, says so, and runs the plan."""
+    queue = Path(broker_env["CELERY_BROKER_DIR"]) / "queue"
+    queue.mkdir(parents=True, exist_ok=True)
+    (queue / "0000000001_torn.celery.msg").write_bytes(b'{"body": "eyJ')
+    web = spawn(WebServer(broker_env))
+    worker = spawn(WorkerProcess(broker_env))
+    plan = submit(web, SMALL_SPEC)
+    wait_for_status(plan, ("done", "failed"), timeout=60)
+    assert plan.status == "done", outputs(worker)
+    assert "skipped a message on celery that does not parse" in worker.output()
+    assert "Unrecoverable error" not in worker.output()
+    assert not (queue / "0000000001_torn.celery.msg").exists()
+
+
 # A DeepSeek-V3-shaped MoE on 322,560 H800s (2^10 x 9 x 5 x 7: 132 divisors, so many TP x PP x CP x DP splits) with
 # a global batch of four sequences per GPU: the longest search within the bounds that we found, 2.5-3 s on one core
 # (262,144 GPUs, a power of two, searches in 0.4 s since the search got faster), so that a kill lands in the middle
