@@ -631,30 +631,26 @@ def network(row: dict[str, Any], gpus_per_node: int) -> tuple[float | None, str 
             "ethernet" if re.search(r"ethernet|\btcp\b", text) else None)
     per_gpu = PER_GPU.search(text)
     if per_gpu:
-        return _gbits(per_gpu), kind
+        return _gbits(*per_gpu.group(1, 2)), kind
     per_node = PER_NODE.search(text)
     if per_node:
         # "8x 400 Gb/s per node": eight ports of the stated rate.
         ports = re.search(r"(\d+)\s*[x×]\s*$", text[:per_node.start()])
-        return _gbits(per_node) * (int(ports.group(1)) if ports else 1) / gpus_per_node, kind
-    ports = PORTS.search(text)
-    if ports:
-        rate = float(ports.group(2).replace(",", "")) * (1000.0 if ports.group(3).startswith("t") else 1.0)
-        return int(ports.group(1)) * rate / gpus_per_node, kind
-    counted = COUNTED_ADAPTERS.search(text)
-    if counted:
-        count = COUNT_WORDS.get(counted.group(1)) or int(counted.group(1))
-        rate = float(counted.group(2).replace(",", "")) * (1000.0 if counted.group(3).startswith("t") else 1.0)
-        return count * rate / gpus_per_node, kind
+        return _gbits(*per_node.group(1, 2)) * (int(ports.group(1)) if ports else 1) / gpus_per_node, kind
+    for pattern in (PORTS, COUNTED_ADAPTERS):  # (count, rate, unit) a node
+        found = pattern.search(text)
+        if found:
+            count = COUNT_WORDS.get(found.group(1)) or int(found.group(1))
+            return count * _gbits(*found.group(2, 3)) / gpus_per_node, kind
     per_port = PER_PORT.search(text)
     if per_port:
-        return _gbits(per_port), kind
+        return _gbits(*per_port.group(1, 2)), kind
     generations = set(re.findall(r"\b(edr|hdr|ndr|xdr)\b", text))
     if kind == "infiniband" and len(generations) == 1:
         return IB_PORT_GBITS[generations.pop()], kind
     return None, kind
 
 
-def _gbits(match: re.Match) -> float:
-    value, unit = float(match.group(1).replace(",", "")), match.group(2)
-    return value * (1000.0 if unit.startswith("t") else 1.0)
+def _gbits(value: str, unit: str) -> float:
+    """Gb/s from a matched rate and its unit ("1,600" "gbps"; "3.2" "tbps")."""
+    return float(value.replace(",", "")) * (1000.0 if unit.startswith("t") else 1.0)
