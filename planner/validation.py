@@ -124,20 +124,20 @@ def row_entry(row: dict[str, Any], file: str, catalog: Catalog,
               overlays: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One row's prediction with its published layout pinned, and what identifies it."""
     run_id = str(row.get("id")) if isinstance(row, dict) else "?"
+    throughput = isinstance(row, dict) and states_throughput(row)
     try:
         row = checked_row(row)
-    except SpecError as exc:  # reported on its row, as compare reports a row it cannot turn into a spec
+    except SpecError as exc:
+        # Reported on its row, as compare reports a row it cannot turn into a spec; of its fields only a text
+        # group is read further.
         group = row.get("group") if isinstance(row, dict) and isinstance(row.get("group"), str) else None
-        return {"id": run_id, "group": group or Path(file).stem, "file": file, "generation": "other",
-                "precision": accuracy.precision(None, None), "gpus": None, "measured_s": None, "predicted_s": None,
-                "err": None, "layout": "", "why": f"no spec: {exc}", "holdout": is_holdout(run_id),
-                "states_throughput": isinstance(row, dict) and states_throughput(row), "memory_gib": None,
-                "stated_memory_gib": None, "memory_err": None}
+        row, found = {"group": group}, [Comparison(run_id, float("nan"), None, "", f"no spec: {exc}")]
+    else:
+        try:
+            found = compare([row], catalog, overlays)
+        except Exception as exc:  # noqa: BLE001 - one odd row must not hide the others' results (as in compare)
+            found = [Comparison(run_id, float("nan"), None, "", f"the engine failed: {type(exc).__name__}: {exc}")]
     gen = accuracy.generation(row.get("gpu_type"))
-    try:
-        found: list[Comparison] = compare([row], catalog, overlays)
-    except Exception as exc:  # noqa: BLE001 - one odd row must not hide the others' results (as in compare)
-        found = [Comparison(run_id, float("nan"), None, "", f"the engine failed: {type(exc).__name__}: {exc}")]
     c = found[0] if found else None
     measured = c.measured_s if c is not None and math.isfinite(c.measured_s) else None
     why = "the row states no step time or throughput" if c is None else c.why
@@ -149,7 +149,7 @@ def row_entry(row: dict[str, Any], file: str, catalog: Catalog,
             "predicted_s": _r(c.predicted_s) if c is not None and c.predicted_s is not None else None,
             "err": _r(c.error) if c is not None and c.error is not None and measured else None,
             "layout": c.layout if c is not None else "", "why": why, "holdout": is_holdout(run_id),
-            "states_throughput": states_throughput(row),
+            "states_throughput": throughput,
             "memory_gib": _r(memory), "stated_memory_gib": _r(stated),
             "memory_err": _r(memory / stated - 1.0) if memory is not None and stated else None}
 
