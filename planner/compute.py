@@ -368,6 +368,8 @@ def fp8_weight_cast_bytes(m: ModelSpec, shard: Shard) -> np.ndarray:
     return 4.0 * per_layer
 
 
-def optimizer_time(params_on_gpu: np.ndarray, gpu: GPUSpec) -> np.ndarray:
-    """Adam step over this GPU's (ZeRO-sharded) parameters: memory-bound, ADAM_BYTES_PER_PARAM of HBM traffic."""
-    return params_on_gpu * C.ADAM_BYTES_PER_PARAM / hbm_bytes_per_s(gpu)
+def optimizer_time(params_on_gpu: np.ndarray, gpu: GPUSpec, training: TrainingSpec) -> np.ndarray:
+    """Adam step over this GPU's (ZeRO-sharded) parameters: memory-bound, the state read and written back plus
+    ADAM_OTHER_BYTES of HBM traffic per parameter."""
+    traffic = 2 * C.OPTIMIZER_BYTES[training.optimizer_states] + C.ADAM_OTHER_BYTES
+    return params_on_gpu * traffic / hbm_bytes_per_s(gpu)

@@ -104,18 +104,25 @@ CROSS_ENTROPY_CHUNKS = 8
 CROSS_ENTROPY_TRAFFIC = {"fused": (12.0, 10.0), "eager": (18.0, 22.0), "chunked": (18.0, 22.0)}
 CROSS_ENTROPY_HELD_BYTES = {"fused": 4.0, "eager": 12.0, "chunked": 12.0 / CROSS_ENTROPY_CHUNKS}
 
-# Mixed-precision Adam step: reads fp32 master weight, momentum, variance and gradient (16 B), writes the first
-# three (12 B) and the 16-bit weight (2 B), and zeroes the gradient (4 B): 34 bytes of HBM traffic per
-# parameter (Rajbhandari et al. 2020, sec. 3.1 for the 16-byte state; traffic counted from the update rule).
-ADAM_BYTES_PER_PARAM = 34
+# Mixed-precision Adam step: reads the optimizer state (OPTIMIZER_BYTES: fp32 master weight, momentum and
+# variance, 12 B) and the gradient (4 B), writes the state back and the 16-bit weight (2 B), and zeroes the gradient
+# (4 B): 2 x state + ADAM_OTHER_BYTES per parameter, 34 bytes of HBM traffic with fp32 state (Rajbhandari et al.
+# 2020, sec. 3.1 for the 16-byte state; traffic counted from the update rule).
+ADAM_OTHER_BYTES = 10
 
 # --- Memory footprint -----------------------------------------------------------------------------------
-# Mixed-precision Adam state per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1): 2-byte weights,
-# fp32 master weights + momentum + variance (12 bytes). Gradients: Megatron-LM accumulates and reduces
-# gradients in fp32 when training in bf16 (arguments.py: bf16 implies accumulate_allreduce_grads_in_fp32),
-# 4 bytes; fp16 training keeps fp16 gradients, 2 bytes.
+# Mixed-precision Adam state per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1): 2-byte weights beside the
+# optimizer state.
 WEIGHT_BYTES = 2
-OPTIMIZER_BYTES = 12
+# Optimizer state per parameter by training.optimizer_states: fp32 master weight and Adam moments (12 B, Rajbhandari
+# et al. 2020, sec. 3.1); bf16 moments beside the fp32 master (8 B: DeepSeek-V3 technical report, sec. 3.3.3;
+# Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16
+# with OptimizerConfig.store_param_remainders off); bf16 moments and only the low 16 bits of the fp32 master, whose high half is the
+# bf16 weight itself (6 B: Megatron-Core OptimizerConfig.store_param_remainders, its default with the
+# precision-aware optimizer; Apex DistributedFusedAdam store_param_remainders).
+OPTIMIZER_BYTES = {"fp32": 12, "bf16": 8, "bf16_remainder": 6}
+# Gradients: Megatron-LM accumulates and reduces gradients in fp32 when training in bf16 (arguments.py: bf16
+# implies accumulate_allreduce_grads_in_fp32), 4 bytes; fp16 training keeps fp16 gradients, 2 bytes.
 GRAD_BYTES = {"bf16": 4, "fp8": 4, "fp16": 2}
 # ... unless the stack reduces them in bf16 (Megatron --grad-reduce-in-bf16; FSDP MixedPrecision(reduce_dtype=
 # bfloat16), as fms-fsdp's bfSixteen policy): training.grad_reduce_dtype.
@@ -173,7 +180,8 @@ HOST_COPY_EFFICIENCY = 0.8
 # model.residual_streams (hyper-connections, DeepSeek-V4's mHC: n residual streams' traffic and memory).
 # 2.13: peak memory per pipeline stage: an uneven split spares the last stage, then the first (Llama 3, Zero Bubble),
 # and the busiest GPU is the first, second or last stage with that stage's own layers and vocabulary matrices.
-ENGINE_VERSION = "2.13"
+# 2.14: training.optimizer_states (bf16 Adam moments, with or without the fp32 master kept as a 16-bit remainder).
+ENGINE_VERSION = "2.14"
 
 
 def as_dict() -> dict[str, float]:

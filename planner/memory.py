@@ -224,10 +224,13 @@ def _state_bytes(training: TrainingSpec, lay: Layouts, part: str, shards: np.nda
     only while a layer is gathered (Zhao et al. 2023, PyTorch FSDP, sec. 4: flat parameters, mixed precision casts
     the gathered shard)."""
     stage, per_param = {"weights": (3, C.WEIGHT_BYTES), "gradients": (2, grad_bytes(training)),
-                        "optimizer": (1, C.OPTIMIZER_BYTES)}[part]
+                        "optimizer": (1, C.OPTIMIZER_BYTES[training.optimizer_states])}[part]
     factor = np.where(lay.zero >= stage, 1.0 / shards, 1.0)
     if part == "weights":
         factor = np.where(lay.zero >= 3, 0.0, factor)
+    if part == "optimizer" and training.optimizer_states == "bf16_remainder":
+        # Without a sharded 16-bit weight to be its high half, ZeRO-3 keeps the master whole (bf16's 8 bytes).
+        per_param = np.where(lay.zero >= 3, C.OPTIMIZER_BYTES["bf16"], per_param)
     return per_param * factor
 
 

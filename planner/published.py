@@ -278,6 +278,7 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
                          "ep_comm_overlap": rt.ep_overlap(row),
                          "fp8_param_gather": rt.fp8_gather(row), "zero_granularity": rt.zero_granularity(row),
                          "grad_reduce_dtype": rt.grad_reduce_dtype(row),
+                         "optimizer_states": rt.optimizer_states(row),
                          "fp8_recipe": rt.fp8_recipe(row),
                          # torchao float8 (the PyTorch-native stacks' FP8) keeps its linears' 16-bit inputs
                          "fp8_saved_inputs": "bf16" if rt.native_stack(row) else "fp8",
@@ -471,14 +472,17 @@ def compare(rows: list[dict[str, Any]], catalog: Catalog | None = None,
         if measured is None:
             continue
         answer, label = plan(spec, top=1), ""
-        if not answer["plans"] and "out_of_memory" in answer["rejected_examples"] \
-                and fragmentation_fraction(spec.training) > 0:
+        if fragmentation_fraction(spec.training) > 0 and (answer["plans"]
+                                                           or "out_of_memory" in answer["rejected_examples"]):
             # The run ran, so its layout fit. The fragmentation allowance is a planning margin for the caching
             # allocator (memory.fragmentation_fraction), not memory the layout needs: a published run is judged
-            # against the memory it needs, and says so when it fits only without the margin.
+            # against the memory it needs, and says so where that matters: the layout fits only without the
+            # margin, or the margin made the search pick a costlier setting the row leaves open (recompute).
             relaxed = plan(replace(spec, training=replace(spec.training, expandable_segments=True)), top=1)
-            if relaxed["plans"]:  # otherwise the reasons stay the planner's own, margin included
+            if relaxed["plans"] and (not answer["plans"]
+                                     or relaxed["plans"][0]["label"] != answer["plans"][0]["label"]):
                 answer, label = relaxed, WITHOUT_MARGIN
+            # otherwise the reasons stay the planner's own, margin included
         if answer["plans"]:
             best = answer["plans"][0]
             out.append(Comparison(row["id"], measured, best["step_time_s"], best["label"] + label,

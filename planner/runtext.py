@@ -255,6 +255,22 @@ def grad_reduce_dtype(row: dict[str, Any]) -> str:
                                r"grad[-_]sync[-_]dtype[ =:]*(bf16|bfloat16)", text) else "fp32"
 
 
+def optimizer_states(row: dict[str, Any]) -> str:
+    """bf16_remainder for Megatron-Core's precision-aware optimizer with bf16 moments (its default
+    store_param_remainders keeps the fp32 master as the bf16 weight plus 16 bits); bf16 for bf16 moments beside a
+    whole fp32 master (--no-store-param-remainders, DeepSeek-V3's "BF16 optimizer states"); fp32 otherwise."""
+    text = " ; ".join(text_of(row, key) for key in ("precision", "notes", "optimizer_sharding"))  # not across fields
+    bf16 = r"(bf16|bfloat16)"
+    states = r"(adam )?(moments|optimi[sz]er states?)"
+    if not affirmed(rf"exp[-_]avg(_sq)?[-_]dtype[ =:]*{bf16}|{bf16} {states}|{states} (are |kept |stored )*in {bf16}",
+                    text):
+        return "fp32"
+    if re.search(r"no[-_]store[-_]param[-_]remainders|store[-_]param[-_]remainders[ =:]*false", text):
+        return "bf16"
+    return "bf16_remainder" if affirmed(r"precision[-_ ]aware[-_ ]optimi[sz]er|store[-_]param[-_]remainders",
+                                        text) else "bf16"
+
+
 def fp8_recipe(row: dict[str, Any]) -> str:
     """rowwise (torchao's rowwise recipe), blockwise (MXFP8, NVFP4-style or 1x128 block scaling) or tensorwise
     (delayed or current per-tensor scaling, the default)."""

@@ -30,6 +30,7 @@ EXPERT_GEMMS = ("streams", "grouped")
 FP8_RECIPES = ("tensorwise", "rowwise", "blockwise")
 ZERO_GRANULARITIES = ("bucket", "layer")
 GRAD_REDUCE_DTYPES = ("fp32", "bf16")
+OPTIMIZER_STATES = ("fp32", "bf16", "bf16_remainder")
 FP8_SAVED_INPUTS = ("fp8", "bf16")
 CHECKPOINT_IMPLS = ("megatron", "pytorch")
 PROJECTIONS = ("fused", "separate")
@@ -154,6 +155,14 @@ TRAINING_FIELDS = (
                "torchtitan, FSDP mixed precision with an fp32 reduce) or bf16 (Megatron --grad-reduce-in-bf16, FSDP "
                "reduce_dtype=bfloat16): half the reduction traffic and gradient memory. fp16 training keeps fp16 "
                "gradients either way."),
+    Field("optimizer_states", str, "fp32", choices=OPTIMIZER_STATES,
+          help="How Adam keeps its state per parameter: fp32 (fp32 master weight and moments, 12 bytes: Megatron, "
+               "DeepSpeed and FSDP defaults), bf16 (bf16 moments beside the fp32 master, 8 bytes: DeepSeek-V3, "
+               "Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 "
+               "with store_param_remainders off) or bf16_remainder (bf16 moments and only the master's low 16 bits, "
+               "its high half being the bf16 weight, 6 bytes: the same Megatron-Core flags with its default "
+               "store_param_remainders, Apex DistributedFusedAdam with store_param_remainders). Needs bf16 "
+               "weights: not fp16."),
     Field("checkpoint_impl", str, "megatron", choices=CHECKPOINT_IMPLS,
           help="How recomputation runs: megatron (the whole layer's forward again; selective recomputation keeps "
                "the collectives' outputs) or pytorch (non-reentrant torch.utils.checkpoint, as FSDP and torchtitan "
@@ -337,6 +346,7 @@ class TrainingSpec:
     zero_granularity: str = "bucket"
     checkpoint_impl: str = "megatron"
     grad_reduce_dtype: str = "fp32"
+    optimizer_states: str = "fp32"
     projections: str = "fused"
     cross_entropy: str = "fused"
     fp8_saved_inputs: str = "fp8"
@@ -711,6 +721,10 @@ def _check_cluster(num_gpus: int, gpu: dict, node: dict, fabric: dict, training:
     if training["precision"] == "fp8" and gpu["fp8_tflops"] == 0:
         errs.add("training.precision", f"fp8 needs a GPU with FP8 tensor cores, and {gpu['name']!r} has none "
                                        f"(cluster.gpu.fp8_tflops is 0)")
+    if training["precision"] == "fp16" and training["optimizer_states"] == "bf16_remainder":
+        errs.add("training.optimizer_states", "bf16_remainder keeps the fp32 master as the bf16 weight plus its low "
+                                              "16 bits, and fp16 weights are not the high half of an fp32 number: "
+                                              "use fp32 or bf16 with fp16 training")
     for key in ("pod_gpus", "group_gpus"):
         size = fabric[key]
         if size is not None and size % per_node:

@@ -116,7 +116,8 @@ def step_times(spec: PlanSpec, pc: ParamCount, lay: Layouts, placement: dict[str
     shards = np.where(lay.zero >= 1, lay.dp * lay.cp, 1)
     # A cached FP8 weight cast runs once per step for each of the stage's layers (compute.layer_times).
     parts = {"compute": micro * (fwd + bwd) + n * lt.weight_cast, "bubble": (lay.pp - 1) / lay.vpp * per_micro,
-             **exposed, "offload": micro * offload, "optimizer": optimizer_time(params / shards, cluster.gpu)}
+             **exposed, "offload": micro * offload,
+             "optimizer": optimizer_time(params / shards, cluster.gpu, spec.training)}
     return StepTimes({k: parts[k] for k in PARTS}, [c for c in colls if np.any(c.calls > 0)])
 
 

@@ -48,6 +48,9 @@ def deepspeed(job: Job) -> tuple[str, Emitter]:
     if job.offload_layers:
         em.note(f"activation offloading of {job.offload_layers} layers: DeepSpeed offloads only checkpointed "
                 f"layer inputs (activation_checkpointing.cpu_checkpointing), not whole layers' activations")
+    if job.spec.training.optimizer_states != "fp32":
+        em.note(f"optimizer_states {job.spec.training.optimizer_states}: DeepSpeed's ZeRO optimizers keep fp32 "
+                f"master weights and moments (12 bytes a parameter), more memory than the plan assumed")
     if precision == "fp8":
         em.note("fp8: Transformer Engine layers in the model code; this file covers the bf16 rest")
     body = json.dumps(config, indent=2)

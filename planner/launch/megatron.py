@@ -168,6 +168,17 @@ def _mechanisms(job: Job, arg, em: Emitter) -> None:
                 "plan does not use")
     if t.grad_reduce_dtype == "bf16" and job.dp * job.cp > 1:
         arg("--grad-reduce-in-bf16")
+    if t.optimizer_states != "fp32" and job.zero >= 1:
+        # bf16 Adam moments; the master's high 16 bits are the bf16 weight unless remainders are off
+        arg("--use-precision-aware-optimizer")
+        arg("--exp-avg-dtype", "bf16")
+        arg("--exp-avg-sq-dtype", "bf16")
+        if t.optimizer_states == "bf16":
+            arg("--no-store-param-remainders")
+    elif t.optimizer_states != "fp32":
+        em.note(f"optimizer_states {t.optimizer_states}: Megatron-Core's precision-aware optimizer works with its "
+                f"distributed optimizer, and this plan does not shard the optimizer (ZeRO 0); fp32 state needs "
+                f"more memory than the plan assumed")
     if t.precision == "fp8" and t.fp8_param_gather and job.zero >= 1 and job.dp > 1:
         arg("--fp8-param-gather")
     if t.ep_comm_overlap and job.ep > 1:

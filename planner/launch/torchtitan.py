@@ -75,6 +75,9 @@ def _training(job: Job, key, em: Emitter) -> None:
         em.note(f"attention kernel {t.attention}: torchtitan runs PyTorch SDPA (flash), faster than the plan assumed")
     if t.precision != "fp16":
         key("training", "mixed_precision_reduce", "bfloat16" if t.grad_reduce_dtype == "bf16" else "float32")
+    if t.optimizer_states != "fp32":
+        em.note(f"optimizer_states {t.optimizer_states}: torchtitan's AdamW keeps fp32 state (12 bytes a "
+                f"parameter), more memory than the plan assumed")
     # torch.compile is what fuses torchtitan's norms, activations and rotary embedding.
     key("compile", "enable", t.elementwise == "fused")
     # torchtitan compiles its loss (compile.components "loss") only when compile is on; uncompiled it is PyTorch's

@@ -464,3 +464,24 @@ def test_activation_offloading_reaches_megatron_and_the_others_say_they_cannot()
     assert megatron_args(launch_config(spec, entry, "megatron").text)["--cpu-offloading-num-layers"] == "14"
     spec, entry = small_plan(H100_32, {"tp": 1, "pp": 1})
     assert "--cpu-offloading-num-layers" not in megatron_args(launch_config(spec, entry, "megatron").text)
+
+
+@pytest.mark.parametrize("states, remainders", [("bf16", False), ("bf16_remainder", True)])
+def test_bf16_optimizer_states_become_megatrons_precision_aware_optimizer(states, remainders):
+    spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1, "zero": 1}, {"optimizer_states": states})
+    megatron = launch_config(spec, entry, "megatron")
+    m = megatron_args(megatron.text)
+    assert "--use-precision-aware-optimizer" in m
+    assert m["--exp-avg-dtype"] == "bf16" and m["--exp-avg-sq-dtype"] == "bf16"
+    # Remainders are Megatron-Core's default; turning them off has no flag in the pinned Megatron-LM: said so.
+    assert "--no-store-param-remainders" not in m
+    assert ("--no-store-param-remainders" not in " ".join(megatron.notes)) == remainders
+    for framework in ("torchtitan", "deepspeed"):
+        assert f"optimizer_states {states}" in " ".join(launch_config(spec, entry, framework).notes)
+    # Without the distributed optimizer Megatron has no precision-aware optimizer to turn on: said, not emitted.
+    spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1, "zero": 0}, {"optimizer_states": states})
+    megatron = launch_config(spec, entry, "megatron")
+    assert "--use-precision-aware-optimizer" not in megatron_args(megatron.text)
+    assert f"optimizer_states {states}" in " ".join(megatron.notes)
+    spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1, "zero": 1})
+    assert "--use-precision-aware-optimizer" not in megatron_args(launch_config(spec, entry, "megatron").text)

@@ -440,3 +440,38 @@ def test_a_cached_fp8_weight_cast_is_paid_once_a_step_not_every_micro_batch(cata
                                                           "fp8_weight_cache": c}), catalog)["time_s"]["compute"]
             for c in (True, False)]
     assert bf16[0] == bf16[1]
+
+
+def test_bf16_optimizer_states_shrink_the_sharded_state_as_stated(catalog, gpt3_doc):
+    """12, 8 and 6 bytes a parameter (fp32 master and moments; bf16 moments; bf16 moments and the master's low 16
+    bits), sharded over DP by the distributed optimizer; only the optimizer part changes."""
+    gpt3_doc["layout"] = {"tp": 8, "pp": 16, "dp": 8, "micro_batch": 1, "vpp": 1, "sequence_parallel": True,
+                          "recompute": "full", "zero": 1}
+
+    def entry(states: str) -> dict:
+        gpt3_doc["training"]["optimizer_states"] = states
+        return best(gpt3_doc, catalog)
+    fp32, bf16, rem = entry("fp32"), entry("bf16"), entry("bf16_remainder")
+    assert bf16["memory_gib"]["optimizer"] == pytest.approx(fp32["memory_gib"]["optimizer"] * 8 / 12, rel=1e-3)
+    assert rem["memory_gib"]["optimizer"] == pytest.approx(fp32["memory_gib"]["optimizer"] * 6 / 12, rel=1e-3)
+    for key in ("weights", "gradients", "activations"):
+        assert rem["memory_gib"][key] == fp32["memory_gib"][key]
+    # The Adam step moves 2 x state + 10 bytes a parameter: 34, 26 and 22.
+    assert rem["time_s"]["optimizer"] == pytest.approx(fp32["time_s"]["optimizer"] * 22 / 34, rel=1e-3)
+
+
+def test_the_master_remainder_needs_a_sharded_bf16_weight_beside_it(catalog):
+    """ZeRO-3 keeps no 16-bit shard for the remainder to complete, so bf16_remainder holds bf16's 8 bytes."""
+    def optimizer(states: str) -> float:
+        return best(llama_8b_fsdp(catalog, 64, optimizer_states=states), catalog)["memory_gib"]["optimizer"]
+    assert optimizer("bf16_remainder") == optimizer("bf16")
+    assert optimizer("bf16") == pytest.approx(optimizer("fp32") * 8 / 12, rel=1e-3)
+
+
+def test_fp16_weights_cannot_carry_a_master_remainder(catalog):
+    doc = llama_8b_fsdp(catalog, 8, precision="fp16", optimizer_states="bf16_remainder")
+    with pytest.raises(SpecError) as err:
+        parse_spec(doc, catalog)
+    assert [e.field for e in err.value.errors] == ["training.optimizer_states"]
+    doc["training"]["optimizer_states"] = "bf16"
+    assert parse_spec(doc, catalog).training.optimizer_states == "bf16"

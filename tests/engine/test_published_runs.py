@@ -226,3 +226,18 @@ def test_a_run_that_fits_only_without_the_fragmentation_margin_is_costed_and_say
     own = plan(parse_spec(row_to_spec_doc(huge, catalog), catalog), top=1)
     assert c.predicted_s is None and c.why == "; ".join(own["rejected_examples"].values())
     assert "needs" in c.why and "GiB of 80" in c.why
+
+
+def test_a_run_that_leaves_recompute_open_is_judged_without_the_margin_too(catalog):
+    """The same SC21 layout with its recomputation unstated: with the margin the search must recompute (no
+    recomputation needs more than 80 GiB), without it the layout fits as it is and runs faster. The run is judged
+    at the memory it needs, as one that states no recomputation is."""
+    row = dict(load_rows(RUNS)[3], id="open", micro_batch=4, recompute=None)
+    own = plan(parse_spec(row_to_spec_doc(row, catalog), catalog), top=1)["plans"][0]
+    assert "recompute" in own["label"]
+    [c] = compare([row], catalog)
+    assert c.layout == "TP8 PP1 DP32 mb4" + WITHOUT_MARGIN
+    assert c.predicted_s < own["step_time_s"]
+    # Where the margin changes nothing, nothing is said.
+    [c] = compare([dict(row, micro_batch=1)], catalog)
+    assert not c.layout.endswith(WITHOUT_MARGIN)

@@ -86,6 +86,21 @@ def test_the_fabric_notes_give_bandwidth_per_gpu_and_kind(notes, gpus, expected)
     assert rt.network({"fabric_notes": notes}, gpus) == expected
 
 
+@pytest.mark.parametrize("row, states", [
+    ({"precision": "BF16", "notes": "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16"},
+     "bf16_remainder"),
+    ({"precision": "BF16", "notes": "precision-aware optimizer, exp_avg_dtype=bf16, --no-store-param-remainders"},
+     "bf16"),
+    ({"precision": "FP8", "notes": "BF16 optimizer states (first and second moments in BF16), FP32 master weights"},
+     "bf16"),
+    ({"precision": "BF16", "notes": "--use-precision-aware-optimizer with fp32 moments"}, "fp32"),
+    ({"precision": "BF16", "notes": "optimizer states in fp32, not bf16 optimizer states"}, "fp32"),
+    ({"precision": "BF16", "optimizer_sharding": "distributed optimizer"}, "fp32"),
+])
+def test_optimizer_states_are_fp32_unless_the_row_says_bf16(row, states):
+    assert rt.optimizer_states(row) == states
+
+
 @pytest.mark.parametrize("row, dtype", [
     ({"precision": "BF16 (FSDP MixedPrecision bfSixteen: param/reduce/buffer bf16; fms-fsdp policies)"}, "bf16"),
     ({"precision": "BF16 (torchtitan defaults: FSDP2 param bf16 / reduce fp32)"}, "fp32"),

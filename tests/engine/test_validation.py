@@ -116,8 +116,8 @@ def test_the_answer_is_plain_json_with_the_constants_and_their_sources(small):
                         "err", "layout", "why", "holdout"}
     assert row["file"] == "small.json"
     engine = {c["name"]: c for c in small["constants"]["engine"]}
-    assert "Rajbhandari" in engine["ADAM_BYTES_PER_PARAM"]["source"]
-    assert engine["ADAM_BYTES_PER_PARAM"]["module"] == "planner.constants"
+    assert "Rajbhandari" in engine["ADAM_OTHER_BYTES"]["source"]
+    assert engine["ADAM_OTHER_BYTES"]["module"] == "planner.constants"
     assert engine["GEMM_TILE_N"]["source"] == engine["GEMM_TILE_M"]["source"] != ""  # one comment, two constants
     assert "busbw" in engine["NVLINK_RING_EFF"]["source"]  # the collectives' efficiencies too
     assert [c["name"] for c in engine.values() if not c["source"]] == []
