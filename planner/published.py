@@ -315,11 +315,16 @@ def _pipelined_fsdp(row: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
     torchtitan keeps the gathered weights after the forward under PP (reshard_after_forward=False, "to avoid
     per-microbatch all-gathers"). So a stage's 16-bit weights stay gathered and its gradients accumulate unsharded
     for the whole step, gathered once and reduce-scattered once; the reduce-scatter runs after the last
-    micro-batch's backward has finished (the schedule calls FSDP's post-backward by hand), not behind it."""
+    micro-batch's backward has finished (the schedule calls FSDP's post-backward by hand), not behind it.
+
+    Any other stack said to shard gradients or weights under a pipeline (ZeRO-2 or -3 with PP, as Llama 3's
+    "FSDP-style" sharding over its 4D parallelism) is read the same way, as the planner itself refuses ZeRO-2/3
+    with PP (search.py: no stack shards them across pipeline micro-batches): it holds what ZeRO-1 holds."""
     layout = doc["layout"]
-    if rt.native_stack(row) and layout.get("zero") == 3 and (layout.get("pp") or 1) > 1:
+    if (layout.get("zero") or 0) >= 2 and (layout.get("pp") or 1) > 1:
         layout["zero"] = 1
-        doc["training"]["overlap_grad_reduce"] = False
+        if rt.native_stack(row):
+            doc["training"]["overlap_grad_reduce"] = False
     return doc
 
 

@@ -241,3 +241,22 @@ def test_a_run_that_leaves_recompute_open_is_judged_without_the_margin_too(catal
     # Where the margin changes nothing, nothing is said.
     [c] = compare([dict(row, micro_batch=1)], catalog)
     assert not c.layout.endswith(WITHOUT_MARGIN)
+
+
+@pytest.mark.parametrize("sharding, notes, overlap", [
+    ("FSDP2 fully_shard", "torchtitan", False),   # PyTorch's pipeline schedules reduce once, after the last backward
+    ("ZeRO-2 style: optimizer states and gradients sharded over DP", "4D parallelism", None),
+])
+def test_gradients_or_weights_sharded_under_a_pipeline_are_read_as_zero_1(catalog, sharding, notes, overlap):
+    """No stack shards gradients or weights across pipeline micro-batches (the planner refuses ZeRO-2/3 with PP):
+    a row that says it did holds what ZeRO-1 holds, and is modelled so instead of refused."""
+    row = dict(load_rows(RUNS)[6], id="pp_sharded", optimizer_sharding=sharding, notes=notes)
+    assert row["pp"] > 1
+    doc = row_to_spec_doc(row, catalog)
+    assert doc["layout"]["zero"] == 1
+    assert doc["training"].get("overlap_grad_reduce") == overlap
+    [c] = compare([row], catalog)
+    assert c.predicted_s is not None and c.layout.endswith("ZeRO-1")
+    # Without a pipeline the stated stage stands.
+    flat = row_to_spec_doc(dict(row, pp=1, dp=row["dp"] * row["pp"]), catalog)
+    assert flat["layout"]["zero"] in (2, 3)
