@@ -119,7 +119,8 @@ WEIGHT_BYTES = 2
 # Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16
 # with OptimizerConfig.store_param_remainders off); bf16 moments and only the low 16 bits of the fp32 master, whose high half is the
 # bf16 weight itself (6 B: Megatron-Core OptimizerConfig.store_param_remainders, its default with the
-# precision-aware optimizer; Apex DistributedFusedAdam store_param_remainders).
+# precision-aware optimizer; Apex DistributedFusedAdam store_param_remainders; the same 6 B as Apex's dtype bf16, a
+# bf16 master beside bf16 moments, NeMo's distributed_fused_adam with optim.dtype bf16).
 OPTIMIZER_BYTES = {"fp32": 12, "bf16": 8, "bf16_remainder": 6}
 # Gradients: Megatron-LM accumulates and reduces gradients in fp32 when training in bf16 (arguments.py: bf16
 # implies accumulate_allreduce_grads_in_fp32), 4 bytes; fp16 training keeps fp16 gradients, 2 bytes.

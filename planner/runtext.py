@@ -258,9 +258,14 @@ def grad_reduce_dtype(row: dict[str, Any]) -> str:
 def optimizer_states(row: dict[str, Any]) -> str:
     """bf16_remainder for Megatron-Core's precision-aware optimizer with bf16 moments (its default
     store_param_remainders keeps the fp32 master as the bf16 weight plus 16 bits); bf16 for bf16 moments beside a
-    whole fp32 master (--no-store-param-remainders, DeepSeek-V3's "BF16 optimizer states"); fp32 otherwise."""
+    whole fp32 master (--no-store-param-remainders, DeepSeek-V3's "BF16 optimizer states"); bf16_remainder's 6 bytes
+    too for Apex DistributedFusedAdam with dtype bf16; fp32 otherwise."""
     text = " ; ".join(text_of(row, key) for key in ("precision", "notes", "optimizer_sharding"))  # not across fields
     bf16 = r"(bf16|bfloat16)"
+    # Apex DistributedFusedAdam's dtype is its state's (NeMo's distributed_fused_adam, optim.dtype): bf16 master and
+    # moments, the same 6 bytes as bf16 moments beside a master remainder (grad_sync_dtype is another setting).
+    if affirmed(rf"(optim(izer)?[._ ]dtype|distributed[_ ]?fused[_ ]?adam[^;]{{0,60}}\bdtype)[ =:]*{bf16}", text):
+        return "bf16_remainder"
     states = r"(adam )?(moments|optimi[sz]er states?)"
     if not affirmed(rf"exp[-_]avg(_sq)?[-_]dtype[ =:]*{bf16}|{bf16} {states}|{states} (are |kept |stored )*in {bf16}",
                     text):

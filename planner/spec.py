@@ -161,8 +161,8 @@ TRAINING_FIELDS = (
                "Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 "
                "with store_param_remainders off) or bf16_remainder (bf16 moments and only the master's low 16 bits, "
                "its high half being the bf16 weight, 6 bytes: the same Megatron-Core flags with its default "
-               "store_param_remainders, Apex DistributedFusedAdam with store_param_remainders). Needs bf16 "
-               "weights: not fp16."),
+               "store_param_remainders, Apex DistributedFusedAdam with store_param_remainders, or with dtype bf16 "
+               "as NeMo's distributed_fused_adam: a bf16 master, the same 6 bytes). Needs bf16 weights: not fp16."),
     Field("checkpoint_impl", str, "megatron", choices=CHECKPOINT_IMPLS,
           help="How recomputation runs: megatron (the whole layer's forward again; selective recomputation keeps "
                "the collectives' outputs) or pytorch (non-reentrant torch.utils.checkpoint, as FSDP and torchtitan "

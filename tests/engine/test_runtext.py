@@ -96,6 +96,10 @@ def test_the_fabric_notes_give_bandwidth_per_gpu_and_kind(notes, gpus, expected)
     ({"precision": "BF16", "notes": "--use-precision-aware-optimizer with fp32 moments"}, "fp32"),
     ({"precision": "BF16", "notes": "optimizer states in fp32, not bf16 optimizer states"}, "fp32"),
     ({"precision": "BF16", "optimizer_sharding": "distributed optimizer"}, "fp32"),
+    ({"precision": "BF16", "notes": "optim: distributed_fused_adam, grad_sync_dtype: bf16, dtype: bf16"},
+     "bf16_remainder"),
+    ({"precision": "BF16", "notes": "NeMo distributed_fused_adam, optim grad_sync_dtype bf16"}, "fp32"),
+    ({"precision": "BF16", "notes": "optim.dtype=bf16"}, "bf16_remainder"),
 ])
 def test_optimizer_states_are_fp32_unless_the_row_says_bf16(row, states):
     assert rt.optimizer_states(row) == states
