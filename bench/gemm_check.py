@@ -9,6 +9,11 @@ QKV (4,096 -> 12,288), attention-output, MLP-up and MLP-down GEMMs, each forward
 and weight gradient (wgrad), in milliseconds per layer. "Autocast" quantises both operands of every call, as
 training does without a weight cache; "pre-quantised" times the kernels alone.
 
+Second source (kept out of every fit too): DeepGEMM's grouped FP8 GEMMs for MoE training on H800 (deepseek-ai/DeepGEMM
+README, "Grouped GEMMs for MoE models (contiguous layout)", 2025), TFLOP/s of 1x128 block-scaled FP8 kernels at the
+expert shapes of DeepSeek-V3 (K = 7,168 for the up projection, 2,048 for the down projection), against
+compute.gemm_time's grouped GEMM at the same shapes.
+
 The engine's side is compute.gemm_fwd_bwd on the catalog's GPU, with and without its sustained clock: the
 microbenchmark runs one GPU for 100 iterations, far from the power-capped steady state of a training job, which
 the catalog's sustained_clock stands for (mamf-finder's MSMF / MAMF, all GPUs of a node busy). The FP8 autocast
@@ -42,6 +47,11 @@ MEASURED = {
 }
 
 
+# DeepGEMM, contiguous layout: (groups, m per group, n, k) -> TFLOP/s on H800.
+DEEPGEMM = {(4, 8192, 4096, 7168): 1297, (4, 8192, 7168, 2048): 1099, (8, 4096, 4096, 7168): 1288,
+            (8, 4096, 7168, 2048): 1093}
+
+
 def gpu(name: str) -> GPUSpec:
     return GPUSpec(**{**{f.name: f.default for f in GPU_FIELDS}, **load_catalog()["gpu"][name]})
 
@@ -55,6 +65,11 @@ def layer_ms(g: GPUSpec, fp8: bool, cast_bytes: float = 0.0) -> float:
         quantised = (x + w) + (dy + w) + (x + dy)  # fprop (x, w), dgrad (dy, w), wgrad (x, dy)
         total += float(fwd + bwd) + cast_bytes * quantised / compute.hbm_bytes_per_s(g)
     return total * 1e3
+
+
+def grouped_tflops(g: GPUSpec, groups: int, m: int, n: int, k: int) -> float:
+    """The engine's grouped FP8 GEMM rate, TFLOP/s."""
+    return 2.0 * groups * m * n * k / float(compute.gemm_time(m, n, k, g, True, groups)) / 1e12
 
 
 def main() -> None:
@@ -71,6 +86,12 @@ def main() -> None:
             engine, steady = layer_ms(cold, fp8, cast), layer_ms(hot, fp8, cast)
             print(f"{name:<9} {mode:<14} {precision:<12} {published:12.3f} {engine:10.3f} "
                   f"{engine / published - 1:+7.1%} {steady:24.3f}")
+    cold = replace(gpu("H800 SXM5 80GB"), sustained_clock=1.0)
+    print(f"\nDeepGEMM grouped FP8 GEMMs on H800 (TFLOP/s; error is the engine's time against the published)")
+    print(f"{'groups':>6} {'m':>6} {'n':>6} {'k':>6} {'published':>10} {'engine':>8} {'error':>7}")
+    for (groups, m, n, k), published in DEEPGEMM.items():
+        engine = grouped_tflops(cold, groups, m, n, k)
+        print(f"{groups:6d} {m:6d} {n:6d} {k:6d} {published:10d} {engine:8.0f} {published / engine - 1:+7.1%}")
 
 
 if __name__ == "__main__":

@@ -181,7 +181,9 @@ HOST_COPY_EFFICIENCY = 0.8
 # model.residual_streams (hyper-connections, DeepSeek-V4's mHC: n residual streams' traffic and memory).
 # 2.13: peak memory per pipeline stage: an uneven split spares the last stage, then the first (Llama 3, Zero Bubble),
 # and the busiest GPU is the first, second or last stage with that stage's own layers and vocabulary matrices.
-# 2.14: training.optimizer_states (bf16 Adam moments, with or without the fp32 master kept as a 16-bit remainder).
+# 2.14: training.optimizer_states (bf16 Adam moments, with or without the fp32 master kept as a 16-bit remainder);
+# FP8 GEMMs reach half rate at the same reduction length as 16-bit ones (compute.k_half: DeepGEMM, Transformer
+# Engine's GEMM tutorial), and the 500 W H100's sustained clock refitted (0.72 -> 0.70).
 ENGINE_VERSION = "2.14"
 
 
