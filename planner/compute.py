@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import constants as C
-from .model import is_gpt_style, kv_dim, mlp_width_per_token
+from .model import is_gpt_style, kv_dim, mlp_inputs_per_token, mlp_width_per_token
 from .spec import GPUSpec, ModelSpec, TrainingSpec
 
 TILES = ((128, 128), (128, 256), (256, 128))  # output tiles cuBLAS chooses among (CUTLASS defaults)
@@ -336,13 +336,16 @@ def elementwise_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> np.
         # fold the scan and cast into the norm or activation that produces the input (TE LayerNormLinear,
         # torch.compile), leaving the FP8 copy and its transpose.
         cast = C.FP8_CAST_BYTES_FUSED if training.elementwise == "fused" else C.FP8_CAST_BYTES
-        gathered = 2 * h  # the QKV and MLP-up inputs, whole on every TP rank
+        # The QKV and MLP-up inputs, whole on every TP rank; in MoE layers each expert casts its own copy of the
+        # dispatched token (Transformer Engine's GroupedLinear quantizes the permuted input).
+        mlp_in = mlp_inputs_per_token(m)
+        gathered = h + mlp_in
         # Separate projections (wq, wk, wv; w1, w3) cast the input they share once per linear: torchao's Float8Linear
         # casts its own input in its forward and again for its weight gradient (torchao float8_linear.py,
         # matmul_with_hp_or_float8_args). Measured: leaving the two small linears wk and wv in 16 bits took
         # torchtitan's rowwise Llama 3 TP runs from about BF16's throughput to about 10% above it (torchtitan #1207,
         # #1319), far more than those GEMMs' share of the layer.
-        per_linear = (3 + (2 if m.gated_mlp else 1)) * h if training.projections == "separate" else gathered
+        per_linear = 3 * h + (2 if m.gated_mlp else 1) * mlp_in if training.projections == "separate" else gathered
         if training.fp8_recipe in ("rowwise", "blockwise"):
             # Per-row or per-block scales along the reduction axis: the backward GEMMs reduce along the other
             # axis, so each input is scanned and cast again along it instead of reusing a transposed copy (torchao

@@ -41,6 +41,16 @@ def mlp_width_per_token(m: ModelSpec) -> float:
     return ((m.layers - m.moe_layers) * m.ffn_hidden + m.moe_layers * moe) / m.layers
 
 
+def mlp_inputs_per_token(m: ModelSpec) -> float:
+    """Elements of MLP input one token feeds its MLP's first GEMM, averaged over layers: h in dense layers, one
+    h-wide copy per routed and shared expert it reaches in MoE layers (each expert's GEMM reads its own copy of
+    the dispatched token)."""
+    if not m.is_moe:
+        return float(m.hidden)
+    moe = (m.top_k + m.shared_experts) * m.hidden
+    return ((m.layers - m.moe_layers) * m.hidden + m.moe_layers * moe) / m.layers
+
+
 @dataclass(frozen=True)
 class ParamCount:
     """Parameters by where they live; `active` counts what one token touches (top-k experts only)."""

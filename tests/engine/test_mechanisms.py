@@ -224,6 +224,28 @@ def test_separate_fp8_linears_cast_their_shared_input_each_unless_sequence_paral
     assert extra("tensorwise", 8, True) == 0.0
 
 
+def test_each_expert_casts_its_own_copy_of_a_dispatched_token(catalog):
+    """FP8 MoE layers: Transformer Engine's GroupedLinear quantizes the permuted input, so the MLP-up input is cast
+    once per routed and shared expert a token reaches (top_k + shared copies of h), not once per token."""
+    import numpy as np
+
+    from planner import constants as C
+    from planner.compute import Shard, elementwise_bytes
+    from planner.model import mlp_inputs_per_token
+    shard = Shard(*(np.array([v]) for v in (1, 1, 8, 1, False)))
+    doc = {"model": "DeepSeek-V3 671B (MLA approximated as MHA)", "training": {"global_batch": 64, "precision": "fp8", "elementwise": "fused"},
+           "cluster": {"num_gpus": 64, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
+                       "fabric": "NDR InfiniBand fat tree"}}
+    m = parse_spec(doc, catalog).model
+    h, copies = m.hidden, m.top_k + m.shared_experts
+    assert mlp_inputs_per_token(m) == pytest.approx((3 * h + 58 * copies * h) / 61)  # 3 dense layers, 58 MoE
+    fp8 = elementwise_bytes(m, parse_spec(doc, catalog).training, shard)[0]
+    doc["training"]["precision"] = "bf16"
+    bf16 = elementwise_bytes(m, parse_spec(doc, catalog).training, shard)[0]
+    f = (3 * m.ffn_hidden + 58 * copies * m.expert_ffn_hidden) / 61
+    assert fp8 - bf16 == pytest.approx(C.FP8_CAST_BYTES_FUSED * (h + mlp_inputs_per_token(m) + h + f))
+
+
 def test_zero2_reduce_scatters_every_micro_batch_and_zero1_once_a_step(catalog):
     def reductions(zero: int) -> float:
         doc = llama_8b_fsdp(catalog, 64)
