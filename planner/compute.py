@@ -56,11 +56,11 @@ def k_half(gpu: GPUSpec, fp8: bool = False) -> float:
     is the A100's (312 TFLOP/s over 108 SMs), scaled by this GPU's dense 16-bit peak per SM (H100 2.6x, B200 5.3x).
 
     FP8 GEMMs use the same length, not twice it (twice the rate per K-slice would need twice the K to amortise the
-    same latency). Three microbenchmarks, kept out of every fit, measure no such doubling: DeepGEMM's grouped FP8
-    GEMMs on H800 (deepseek-ai/DeepGEMM README, 2025: 1,297 TFLOP/s at K = 7,168 and 1,099 at K = 2,048 for
-    M = 8,192 x 4 groups, a ratio of 0.85; the same length as 16-bit gives 1,284 and 1,059 with the catalog's
-    fp8_gemm_efficiency, twice it 1,184 and 852), and Transformer Engine's GEMM tutorial on H200 NVL and B300
-    (bench/gemm_check.py: pre-quantised FP8 within 6%, twice the length 13% slow). XLA's B200 matmul table
+    same latency). Two microbenchmarks on three GPUs, kept out of every fit, measure no such doubling
+    (bench/gemm_check.py): DeepGEMM's grouped FP8 GEMMs on H800 (deepseek-ai/DeepGEMM README, 2025: 1,297 TFLOP/s at
+    K = 7,168 and 1,099 at K = 2,048 for M = 8,192 x 4 groups; the same length as 16-bit gives 1,262 and 1,051 at the
+    catalog's fp8_gemm_efficiency, twice it 1,163 and 845), and Transformer Engine's GEMM tutorial on H200 NVL and
+    B300 (pre-quantised FP8 within 6%; twice the length, 13% slow). XLA's B200 matmul table
     (third_party/xla/xla/backends/gpu/cost_model/matmul_interpolator_data.h at tensorflow a305421) reads a
     half-rate length of 1,488 elements for FP8 against 736 for BF16; it times XLA's FP8 dot, scaling included.
     The FP8 length follows half the FP8 peak (equal to the 16-bit peak on every catalog part), so an FP8 GEMM's

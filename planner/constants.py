@@ -116,9 +116,9 @@ ADAM_OTHER_BYTES = 10
 WEIGHT_BYTES = 2
 # Optimizer state per parameter by training.optimizer_states: fp32 master weight and Adam moments (12 B, Rajbhandari
 # et al. 2020, sec. 3.1); bf16 moments beside the fp32 master (8 B: DeepSeek-V3 technical report, sec. 3.3.3;
-# Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16
-# with OptimizerConfig.store_param_remainders off); bf16 moments and only the low 16 bits of the fp32 master, whose high half is the
-# bf16 weight itself (6 B: Megatron-Core OptimizerConfig.store_param_remainders, its default with the
+# Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 with
+# OptimizerConfig.store_param_remainders off); bf16 moments and only the low 16 bits of the fp32 master, whose high
+# half is the bf16 weight itself (6 B: Megatron-Core OptimizerConfig.store_param_remainders, its default with the
 # precision-aware optimizer; Apex DistributedFusedAdam store_param_remainders; the same 6 B as Apex's dtype bf16, a
 # bf16 master beside bf16 moments, NeMo's distributed_fused_adam with optim.dtype bf16).
 OPTIMIZER_BYTES = {"fp32": 12, "bf16": 8, "bf16_remainder": 6}

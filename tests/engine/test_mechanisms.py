@@ -233,7 +233,8 @@ def test_each_expert_casts_its_own_copy_of_a_dispatched_token(catalog):
     from planner.compute import Shard, elementwise_bytes
     from planner.model import mlp_inputs_per_token
     shard = Shard(*(np.array([v]) for v in (1, 1, 8, 1, False)))
-    doc = {"model": "DeepSeek-V3 671B (MLA approximated as MHA)", "training": {"global_batch": 64, "precision": "fp8", "elementwise": "fused"},
+    doc = {"model": "DeepSeek-V3 671B (MLA approximated as MHA)",
+           "training": {"global_batch": 64, "precision": "fp8", "elementwise": "fused"},
            "cluster": {"num_gpus": 64, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
                        "fabric": "NDR InfiniBand fat tree"}}
     m = parse_spec(doc, catalog).model
