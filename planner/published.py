@@ -477,12 +477,12 @@ def compare(rows: list[dict[str, Any]], catalog: Catalog | None = None,
         if measured is None:
             continue
         answer, label = plan(spec, top=1), ""
-        if fragmentation_fraction(spec.training) > 0 and (answer["plans"]
-                                                           or "out_of_memory" in answer["rejected_examples"]):
+        if "out_of_memory" in answer["rejected_examples"] and fragmentation_fraction(spec.training) > 0:
             # The run ran, so its layout fit. The fragmentation allowance is a planning margin for the caching
             # allocator (memory.fragmentation_fraction), not memory the layout needs: a published run is judged
             # against the memory it needs, and says so where that matters: the layout fits only without the
             # margin, or the margin made the search pick a costlier setting the row leaves open (recompute).
+            # Where the margin rejected nothing, planning without it gives the same answer: not planned again.
             relaxed = plan(replace(spec, training=replace(spec.training, expandable_segments=True)), top=1)
             if relaxed["plans"] and (not answer["plans"]
                                      or relaxed["plans"][0]["label"] != answer["plans"][0]["label"]):
