@@ -379,8 +379,7 @@ def fp8_weight_cast_bytes(m: ModelSpec, shard: Shard) -> np.ndarray:
     return 4.0 * per_layer
 
 
-def optimizer_time(params_on_gpu: np.ndarray, gpu: GPUSpec, training: TrainingSpec) -> np.ndarray:
-    """Adam step over this GPU's (ZeRO-sharded) parameters: memory-bound, the state read and written back plus
-    ADAM_OTHER_BYTES of HBM traffic per parameter."""
-    traffic = 2 * C.OPTIMIZER_BYTES[training.optimizer_states] + C.ADAM_OTHER_BYTES
-    return params_on_gpu * traffic / hbm_bytes_per_s(gpu)
+def optimizer_time(params_on_gpu: np.ndarray, gpu: GPUSpec, state_bytes: np.ndarray) -> np.ndarray:
+    """Adam step over this GPU's (ZeRO-sharded) parameters: memory-bound, the state (`state_bytes` a parameter,
+    memory.optimizer_state_bytes) read and written back plus ADAM_OTHER_BYTES of HBM traffic per parameter."""
+    return params_on_gpu * (2 * state_bytes + C.ADAM_OTHER_BYTES) / hbm_bytes_per_s(gpu)

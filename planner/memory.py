@@ -224,14 +224,21 @@ def _state_bytes(training: TrainingSpec, lay: Layouts, part: str, shards: np.nda
     only while a layer is gathered (Zhao et al. 2023, PyTorch FSDP, sec. 4: flat parameters, mixed precision casts
     the gathered shard)."""
     stage, per_param = {"weights": (3, C.WEIGHT_BYTES), "gradients": (2, grad_bytes(training)),
-                        "optimizer": (1, C.OPTIMIZER_BYTES[training.optimizer_states])}[part]
+                        "optimizer": (1, optimizer_state_bytes(training, lay.zero))}[part]
     factor = np.where(lay.zero >= stage, 1.0 / shards, 1.0)
     if part == "weights":
         factor = np.where(lay.zero >= 3, 0.0, factor)
-    if part == "optimizer" and training.optimizer_states == "bf16_remainder":
-        # Without a sharded 16-bit weight to be its high half, ZeRO-3 keeps the master whole (bf16's 8 bytes).
-        per_param = np.where(lay.zero >= 3, C.OPTIMIZER_BYTES["bf16"], per_param)
     return per_param * factor
+
+
+def optimizer_state_bytes(training: TrainingSpec, zero: np.ndarray) -> np.ndarray:
+    """Optimizer state per parameter held (C.OPTIMIZER_BYTES by training.optimizer_states), before sharding: what
+    memory holds and what the Adam step reads and writes. bf16_remainder's master needs a sharded 16-bit weight to
+    be its high half; ZeRO-3 keeps none, so there it keeps the master whole (bf16's 8 bytes)."""
+    per_param = np.full(np.shape(zero), float(C.OPTIMIZER_BYTES[training.optimizer_states]))
+    if training.optimizer_states == "bf16_remainder":
+        per_param = np.where(zero >= 3, float(C.OPTIMIZER_BYTES["bf16"]), per_param)
+    return per_param
 
 
 def fragmentation_fraction(training: TrainingSpec) -> float:

@@ -20,7 +20,7 @@ from . import constants as C
 from .collectives import OptionTable, collective_costs, collective_seconds, option_table
 from .compute import LayerTimes, optimizer_time
 from .memory import (RECOMPUTE_CODES, Layouts, activation_bytes_per_token, end_stage_layers, grad_bytes,
-                     offloaded_layers, params_on_gpu, stage_layers)
+                     offloaded_layers, optimizer_state_bytes, params_on_gpu, stage_layers)
 from .model import ParamCount, kv_dim
 from .placement import KINDS, GroupPlacement, Placement
 from .spec import ClusterSpec, PlanSpec
@@ -117,7 +117,8 @@ def step_times(spec: PlanSpec, pc: ParamCount, lay: Layouts, placement: dict[str
     # A cached FP8 weight cast runs once per step for each of the stage's layers (compute.layer_times).
     parts = {"compute": micro * (fwd + bwd) + n * lt.weight_cast, "bubble": (lay.pp - 1) / lay.vpp * per_micro,
              **exposed, "offload": micro * offload,
-             "optimizer": optimizer_time(params / shards, cluster.gpu, spec.training)}
+             "optimizer": optimizer_time(params / shards, cluster.gpu,
+                                         optimizer_state_bytes(spec.training, lay.zero))}
     return StepTimes({k: parts[k] for k in PARTS}, [c for c in colls if np.any(c.calls > 0)])
 
 
