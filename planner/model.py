@@ -35,20 +35,23 @@ def mlp_matrices(m: ModelSpec) -> int:
 def mlp_width_per_token(m: ModelSpec) -> float:
     """MLP width one token passes through, averaged over layers: ffn_hidden in dense layers, the top-k routed
     plus shared experts' widths in MoE layers. Sizes the per-token activation and element-wise traffic."""
-    if not m.is_moe:
-        return float(m.ffn_hidden)
-    moe = (m.top_k + m.shared_experts) * m.expert_ffn_hidden
-    return ((m.layers - m.moe_layers) * m.ffn_hidden + m.moe_layers * moe) / m.layers
+    return _per_token(m, m.ffn_hidden, m.expert_ffn_hidden)
 
 
 def mlp_inputs_per_token(m: ModelSpec) -> float:
     """Elements of MLP input one token feeds its MLP's first GEMM, averaged over layers: h in dense layers, one
     h-wide copy per routed and shared expert it reaches in MoE layers (each expert's GEMM reads its own copy of
     the dispatched token)."""
+    return _per_token(m, m.hidden, m.hidden)
+
+
+def _per_token(m: ModelSpec, dense: int, per_expert: int) -> float:
+    """`dense` in a dense layer, `per_expert` times the routed and shared experts a token reaches in an MoE layer,
+    averaged over the layers."""
     if not m.is_moe:
-        return float(m.hidden)
-    moe = (m.top_k + m.shared_experts) * m.hidden
-    return ((m.layers - m.moe_layers) * m.hidden + m.moe_layers * moe) / m.layers
+        return float(dense)
+    moe = (m.top_k + m.shared_experts) * per_expert
+    return ((m.layers - m.moe_layers) * dense + m.moe_layers * moe) / m.layers
 
 
 @dataclass(frozen=True)
