@@ -672,6 +672,8 @@ def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = 
     if "model" not in bad:
         _fill_model_defaults(model)
         _check_model(model, errs)
+    if "training" not in bad:
+        _check_training(training, errs)
     if not bad & {"cluster", "training"}:
         node["nvlink_domain_gpus"] = node["nvlink_domain_gpus"] or node["gpus"]
         _check_cluster(num_gpus, gpu, node, fabric, training, errs)
@@ -707,6 +709,13 @@ def _check_model(m: dict[str, Any], errs: _Collector) -> None:
         errs.add("model.dense_layers", f"must be less than model.layers ({m['layers']})")
 
 
+def _check_training(training: dict[str, Any], errs: _Collector) -> None:
+    if training["precision"] == "fp16" and training["optimizer_states"] == "bf16_remainder":
+        errs.add("training.optimizer_states", "bf16_remainder keeps the fp32 master as the bf16 weight plus its low "
+                                              "16 bits, and fp16 weights are not the high half of an fp32 number: "
+                                              "use fp32 or bf16 with fp16 training")
+
+
 def _check_cluster(num_gpus: int, gpu: dict, node: dict, fabric: dict, training: dict, errs: _Collector) -> None:
     per_node = node["gpus"]
     if num_gpus % per_node and per_node % num_gpus:
@@ -721,10 +730,6 @@ def _check_cluster(num_gpus: int, gpu: dict, node: dict, fabric: dict, training:
     if training["precision"] == "fp8" and gpu["fp8_tflops"] == 0:
         errs.add("training.precision", f"fp8 needs a GPU with FP8 tensor cores, and {gpu['name']!r} has none "
                                        f"(cluster.gpu.fp8_tflops is 0)")
-    if training["precision"] == "fp16" and training["optimizer_states"] == "bf16_remainder":
-        errs.add("training.optimizer_states", "bf16_remainder keeps the fp32 master as the bf16 weight plus its low "
-                                              "16 bits, and fp16 weights are not the high half of an fp32 number: "
-                                              "use fp32 or bf16 with fp16 training")
     for key in ("pod_gpus", "group_gpus"):
         size = fabric[key]
         if size is not None and size % per_node:
