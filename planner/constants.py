@@ -184,7 +184,9 @@ HOST_COPY_EFFICIENCY = 0.8
 # 2.14: training.optimizer_states (bf16 Adam moments, with or without the fp32 master kept as a 16-bit remainder);
 # FP8 GEMMs reach half rate at the same reduction length as 16-bit ones (compute.k_half: DeepGEMM, Transformer
 # Engine's GEMM tutorial), and the 500 W H100's sustained clock refitted (0.72 -> 0.70).
-ENGINE_VERSION = "2.14"
+# 2.15: MoE tokens travel in 16 bits in FP8 training too (Megatron-Core's dispatchers quantise on arrival), unless
+# training.ep_dispatch_dtype = "fp8" (DeepSeek-V3's own framework, Megatron-Core's ncclep MXFP8 dispatch).
+ENGINE_VERSION = "2.15"
 
 
 def as_dict() -> dict[str, float]:

@@ -289,6 +289,7 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
                          "activation_offload_layers": rt.offload_layers(row),
                          "expandable_segments": rt.expandable_segments(row),
                          "ep_dispatch": "dedup" if rt.affirmed(r"deepep|hybridep", notes) else "all_to_all",
+                         "ep_dispatch_dtype": rt.ep_dispatch_dtype(row),
                          # torchtitan's MoE runs torch._grouped_mm; Megatron-Core, Transformer Engine's GroupedLinear
                          "expert_gemm": "grouped" if rt.native_stack(row) else "streams",
                          "partition_activations": rt.partition_activations(row)},

@@ -276,6 +276,18 @@ def optimizer_states(row: dict[str, Any]) -> str:
                                         text) else "bf16"
 
 
+# MoE tokens sent in FP8: "FP8 dispatch(ing)", "dispatch in FP8", Megatron-Core's moe_dispatch_fwd_dtype mxfp8.
+FP8_DISPATCH = re.compile(r"(fp8|mxfp8)[-_ ]dispatch|dispatch(es|ed|ing)?[-_ ](tokens? )?in (mx)?fp8"
+                          r"|moe[-_]dispatch[-_]fwd[-_]dtype\W{0,3}mxfp8")
+
+
+def ep_dispatch_dtype(row: dict[str, Any]) -> str:
+    """fp8 where the row says its MoE tokens travel in FP8 ("FP8 dispatching" as in DeepSeek-V3's report and DeepEP's
+    benchmarks, Megatron-Core's moe_dispatch_fwd_dtype mxfp8); bf16 otherwise, what Megatron-Core's dispatchers
+    and torchtitan send whatever the training precision."""
+    return "fp8" if affirmed(FP8_DISPATCH.pattern, text_of(row, "precision", "notes")) else "bf16"
+
+
 def fp8_recipe(row: dict[str, Any]) -> str:
     """rowwise (torchao's rowwise recipe), blockwise (MXFP8, NVFP4-style or 1x128 block scaling) or tensorwise
     (delayed or current per-tensor scaling, the default)."""

@@ -26,6 +26,7 @@ FABRIC_KINDS = ("infiniband", "roce", "ethernet", "efa")
 ATTENTION_KERNELS = ("flash", "cudnn", "triton", "unfused")
 ELEMENTWISE_MODES = ("fused", "eager")
 EP_DISPATCH = ("all_to_all", "dedup")
+EP_DISPATCH_DTYPES = ("bf16", "fp8")
 EXPERT_GEMMS = ("streams", "grouped")
 FP8_RECIPES = ("tensorwise", "rowwise", "blockwise")
 ZERO_GRANULARITIES = ("bucket", "layer")
@@ -112,6 +113,13 @@ TRAINING_FIELDS = (
     Field("ep_dispatch", str, "all_to_all", choices=EP_DISPATCH,
           help="MoE token dispatch: all_to_all (a copy per routed expert) or dedup (DeepEP/HybridEP: one copy per "
                "remote NVLink domain, fanned out over NVLink)."),
+    Field("ep_dispatch_dtype", str, "bf16", choices=EP_DISPATCH_DTYPES,
+          help="With fp8 and expert parallelism: what MoE tokens travel in. bf16: 16-bit hidden states, quantised by "
+               "the experts' first linear on arrival (Megatron-Core's alltoall and flex dispatchers, DeepEP and "
+               "HybridEP included; torchtitan). fp8: quantised before they leave, 1 byte plus a scale per 32-128 "
+               "values, for the forward dispatch and the gradient sent back the same way, the other two all-to-alls "
+               "in 16 bits (DeepSeek-V3's own framework; Megatron-Core's ncclep backend with "
+               "--moe-dispatch-fwd-dtype and --moe-combine-bwd-dtype mxfp8)."),
     Field("expert_gemm", str, "streams", choices=EXPERT_GEMMS,
           help="How a GPU runs its local experts' GEMMs: streams (Transformer Engine's GroupedLinear under "
                "Megatron-Core --moe-grouped-gemm: one cuBLAS GEMM per expert, spread over 4 CUDA streams, so the "
@@ -339,6 +347,7 @@ class TrainingSpec:
     fp8_param_gather: bool = False
     fp8_weight_cache: bool = False
     ep_dispatch: str = "all_to_all"
+    ep_dispatch_dtype: str = "bf16"
     expert_gemm: str = "streams"
     partition_activations: bool = False
     fp8_recipe: str = "tensorwise"

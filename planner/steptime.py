@@ -27,6 +27,9 @@ from .spec import ClusterSpec, PlanSpec
 
 PARTS = ("compute", "bubble", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "offload", "optimizer")
 ACT_BYTES = 2.0  # activations travel in bf16
+# An FP8 MoE payload on the wire, bytes per value: 1 byte and a 4-byte fp32 scale per 128 values (DeepEP's
+# per-token casts, DeepSeek-V3 sec. 3.3.2) or a 1-byte E8M0 scale per 32 (MXFP8, Megatron-Core's ncclep dispatch).
+FP8_WIRE_BYTES = 1.0 + 4.0 / 128
 
 
 @dataclass
@@ -258,13 +261,20 @@ def _cp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
 def _ep_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], tokens: np.ndarray, n: np.ndarray,
              micro: np.ndarray, compute: np.ndarray) -> Collective:
     """MoE token dispatch and combine: two all-to-alls per MoE layer forward, two backward (Lepikhin et al.
-    2020, GShard), each sending the rank's tokens x top_k h-wide rows; in FP8 training the dispatch travels in
-    FP8 (DeepEP / HybridEP quantise before sending), the combine in BF16. training.ep_dispatch = "dedup" sends a
-    token once per remote NVLink domain (dedup_ratio). On the critical path unless training.ep_comm_overlap
-    (Megatron-Core --overlap-moe-expert-parallel-comm: one micro-batch's all-to-alls run during another's
-    compute), which leaves the excess over the compute and the interference."""
+    2020, GShard), each sending the rank's tokens x top_k h-wide rows, in 16 bits: even in FP8 training
+    Megatron-Core's dispatchers send the bf16 hidden states and the experts' first linear quantises them on arrival
+    (megatron/core/transformer/moe/fused_a2a.py at the pinned commit: HybridEP asserts "does not support fp8
+    dispatch", DeepEP is called with the bf16 tensor; moe_dispatch_fwd_dtype defaults to bf16). With
+    training.ep_dispatch_dtype = "fp8" the forward dispatch and the gradient the backward sends the same way travel
+    at FP8_WIRE_BYTES and the two combines stay in 16 bits (DeepSeek-V3 sec. 3.3.2; Megatron-Core's ncclep backend
+    with moe_dispatch_fwd_dtype and moe_combine_bwd_dtype mxfp8): half the all-to-alls, so the mean of the two
+    widths. training.ep_dispatch = "dedup" sends a token once per remote NVLink domain (dedup_ratio). On the
+    critical path unless training.ep_comm_overlap (Megatron-Core --overlap-moe-expert-parallel-comm: one
+    micro-batch's all-to-alls run during another's compute), which leaves the excess over the compute and the
+    interference."""
     m = spec.model
-    act_bytes = 1.5 if spec.training.precision == "fp8" else ACT_BYTES
+    fp8_wire = spec.training.precision == "fp8" and spec.training.ep_dispatch_dtype == "fp8"
+    act_bytes = (FP8_WIRE_BYTES + ACT_BYTES) / 2.0 if fp8_wire else ACT_BYTES
     nbytes = tokens / lay.tp * m.top_k * m.hidden * act_bytes
     if spec.training.ep_dispatch == "dedup" and m.is_moe:
         col = placement["ep"]

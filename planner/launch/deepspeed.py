@@ -53,5 +53,8 @@ def deepspeed(job: Job) -> tuple[str, Emitter]:
                 f"master weights and moments (12 bytes a parameter), more memory than the plan assumed")
     if precision == "fp8":
         em.note("fp8: Transformer Engine layers in the model code; this file covers the bf16 rest")
+        if job.spec.training.ep_dispatch_dtype == "fp8" and job.ep > 1:
+            em.note("ep_dispatch_dtype fp8: DeepSpeed's MoE all-to-alls send 16-bit tokens, so they take longer than "
+                    "the plan assumed")
     body = json.dumps(config, indent=2)
     return "\n".join(head + [f"// not expressed: {n}" for n in em.notes] + [body]) + "\n", em

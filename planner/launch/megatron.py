@@ -183,6 +183,14 @@ def _mechanisms(job: Job, arg, em: Emitter) -> None:
         arg("--fp8-param-gather")
     if t.ep_comm_overlap and job.ep > 1:
         arg("--overlap-moe-expert-parallel-comm")
+    if t.precision == "fp8" and t.ep_dispatch_dtype == "fp8" and job.ep > 1:
+        # Megatron-Core's dispatchers send MoE tokens in 16 bits; only its ncclep flex backend quantises them before
+        # the all-to-all (MXFP8 on the wire: the dispatch and the gradient the backward sends back that way).
+        arg("--moe-token-dispatcher-type", "flex")
+        arg("--moe-flex-dispatcher-backend", "ncclep")
+        arg("--moe-dispatch-fwd-dtype", "mxfp8")
+        arg("--moe-combine-bwd-dtype", "mxfp8")
+        arg("--use-transformer-engine-op-fuser")
     if t.precision == "fp8" and t.fp8_saved_inputs == "bf16":
         em.note("fp8_saved_inputs bf16: Transformer Engine keeps each FP8 linear's 1-byte input for the backward, "
                 "so activations take less memory than the plan assumed")

@@ -78,6 +78,9 @@ def _training(job: Job, key, em: Emitter) -> None:
     if t.optimizer_states != "fp32":
         em.note(f"optimizer_states {t.optimizer_states}: torchtitan's AdamW keeps fp32 state (12 bytes a "
                 f"parameter), more memory than the plan assumed")
+    if t.precision == "fp8" and t.ep_dispatch_dtype == "fp8" and job.ep > 1:
+        em.note("ep_dispatch_dtype fp8: torchtitan sends MoE tokens in 16 bits, so its all-to-alls take longer than "
+                "the plan assumed")
     # torch.compile is what fuses torchtitan's norms, activations and rotary embedding.
     key("compile", "enable", t.elementwise == "fused")
     # torchtitan compiles its loss (compile.components "loss") only when compile is on; uncompiled it is PyTorch's

@@ -224,6 +224,17 @@ def test_the_token_dispatch_is_the_one_the_row_names(catalog, notes, dispatch):
     assert row_to_spec_doc(row, catalog)["training"]["ep_dispatch"] == dispatch
 
 
+def test_the_fp8_moe_recipes_send_their_tokens_in_16_bits(catalog):
+    """Every Megatron-Core MoE recipe row runs a flex dispatcher (DeepEP or HybridEP), which sends bf16 hidden states
+    whatever the training precision; none of them says its tokens travel in FP8."""
+    fp8_moe = [r for r in ROWS if r["id"].startswith("mcore_moe") and "fp8" in r["precision"].lower()]
+    assert len(fp8_moe) == 13
+    for row in fp8_moe:
+        training = row_to_spec_doc(row, catalog)["training"]
+        assert (training["precision"], training["ep_dispatch"], training["ep_dispatch_dtype"]) == ("fp8", "dedup",
+                                                                                                    "bf16"), row["id"]
+
+
 def test_deepseek_v4_keeps_mhcs_four_residual_streams(catalog):
     by_id = {r["id"]: r for r in ROWS}
     v4 = row_to_spec_doc(by_id["mcore_moe_deepseek_v4_flash_gb200_mxfp8_sl4k_128gpu_tp1pp1ep64"], catalog)

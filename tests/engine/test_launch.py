@@ -485,3 +485,25 @@ def test_bf16_optimizer_states_become_megatrons_precision_aware_optimizer(states
     assert f"optimizer_states {states}" in " ".join(megatron.notes)
     spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1, "zero": 1})
     assert "--use-precision-aware-optimizer" not in megatron_args(launch_config(spec, entry, "megatron").text)
+
+
+def test_fp8_moe_dispatch_becomes_megatrons_ncclep_mxfp8_wire():
+    """training.ep_dispatch_dtype fp8: only Megatron-Core's ncclep flex backend quantises MoE tokens before the
+    all-to-all (the dispatch and the combine's gradient in MXFP8); torchtitan and DeepSpeed send 16 bits and say
+    so. Without it, or in BF16 training, no dispatcher flag changes."""
+    doc = {"model": MOE, "training": {"global_batch": 64, "precision": "fp8", "ep_dispatch_dtype": "fp8"},
+           "cluster": H100_32, "layout": {"tp": 1, "pp": 1, "ep": 8}}
+    spec = parse_spec(doc, load_catalog())
+    entry = plan(spec, top=1)["plans"][0]
+    m = megatron_args(launch_config(spec, entry, "megatron").text)
+    assert (m["--moe-token-dispatcher-type"], m["--moe-flex-dispatcher-backend"]) == ("flex", "ncclep")
+    assert (m["--moe-dispatch-fwd-dtype"], m["--moe-combine-bwd-dtype"]) == ("mxfp8", "mxfp8")
+    assert "--use-transformer-engine-op-fuser" in m
+    for framework in ("torchtitan", "deepspeed"):
+        assert "ep_dispatch_dtype fp8" in " ".join(launch_config(spec, entry, framework).notes)
+    for training in ({"precision": "fp8"}, {"precision": "bf16", "ep_dispatch_dtype": "fp8"}):
+        doc["training"] = {"global_batch": 64, **training}
+        spec = parse_spec(doc, load_catalog())
+        entry = plan(spec, top=1)["plans"][0]
+        assert "--moe-dispatch-fwd-dtype" not in megatron_args(launch_config(spec, entry, "megatron").text)
+        assert not any("ep_dispatch_dtype" in n for n in launch_config(spec, entry, "torchtitan").notes)

@@ -247,6 +247,33 @@ def test_each_expert_casts_its_own_copy_of_a_dispatched_token(catalog):
     assert fp8 - bf16 == pytest.approx(C.FP8_CAST_BYTES_FUSED * (h + mlp_inputs_per_token(m) + h + f))
 
 
+def dsv3_ep(catalog, **training) -> dict:
+    return {"model": "DeepSeek-V3 671B (MLA approximated as MHA)",
+            "training": {"global_batch": 32, "ep_dispatch": "dedup", **training},
+            "cluster": {"num_gpus": 256, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
+                        "fabric": "NDR InfiniBand fat tree"},
+            "layout": {"tp": 1, "pp": 16, "dp": 16, "cp": 1, "ep": 16, "micro_batch": 1, "vpp": 1,
+                       "recompute": "full", "zero": 1}}
+
+
+def ep_bytes(plan_entry: dict) -> float:
+    return sum(c["bytes_per_step"] for c in plan_entry["comm"] if c["group"] == "ep")
+
+
+def test_moe_tokens_travel_in_16_bits_unless_the_dispatch_quantises_them(catalog):
+    """Megatron-Core's dispatchers send bf16 hidden states even in FP8 training (the experts' first linear
+    quantises them on arrival), so FP8 moves the same expert all-to-all bytes as BF16. FP8 dispatch (DeepSeek-V3's
+    framework, Megatron-Core's ncclep MXFP8) sends the forward dispatch and the gradient sent back that way at 1
+    byte plus a 4-byte scale per 128 values, the two combines at 2: half the calls at 1.03 bytes."""
+    bf16 = ep_bytes(best(dsv3_ep(catalog, precision="bf16"), catalog))
+    assert bf16 > 0
+    assert ep_bytes(best(dsv3_ep(catalog, precision="fp8"), catalog)) == pytest.approx(bf16)
+    fp8_wire = ep_bytes(best(dsv3_ep(catalog, precision="fp8", ep_dispatch_dtype="fp8"), catalog))
+    assert fp8_wire == pytest.approx(bf16 * (1 + 4 / 128 + 2) / 2 / 2)
+    # The switch is an FP8 one: BF16 training sends 16 bits whatever it says.
+    assert ep_bytes(best(dsv3_ep(catalog, precision="bf16", ep_dispatch_dtype="fp8"), catalog)) == pytest.approx(bf16)
+
+
 def test_zero2_reduce_scatters_every_micro_batch_and_zero1_once_a_step(catalog):
     def reductions(zero: int) -> float:
         doc = llama_8b_fsdp(catalog, 64)

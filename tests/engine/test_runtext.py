@@ -106,6 +106,18 @@ def test_optimizer_states_are_fp32_unless_the_row_says_bf16(row, states):
 
 
 @pytest.mark.parametrize("row, dtype", [
+    ({"precision": "FP8", "notes": "DeepSeek-V3 pretraining setting: FP8 dispatching and BF16 combining"}, "fp8"),
+    ({"precision": "MXFP8", "notes": "moe_dispatch_fwd_dtype: mxfp8, moe_combine_bwd_dtype: mxfp8"}, "fp8"),
+    ({"precision": "FP8", "notes": "tokens dispatched in FP8 over DeepEP"}, "fp8"),
+    ({"precision": "MXFP8 (fp8_recipe mxfp8)", "notes": "dispatcher flex/hybridep"}, "bf16"),
+    ({"precision": "FP8", "notes": "no fp8 dispatch"}, "bf16"),
+    ({"precision": "BF16"}, "bf16"),
+])
+def test_moe_tokens_are_read_as_16_bit_unless_the_row_says_they_travel_in_fp8(row, dtype):
+    assert rt.ep_dispatch_dtype(row) == dtype
+
+
+@pytest.mark.parametrize("row, dtype", [
     ({"precision": "BF16 (FSDP MixedPrecision bfSixteen: param/reduce/buffer bf16; fms-fsdp policies)"}, "bf16"),
     ({"precision": "BF16 (torchtitan defaults: FSDP2 param bf16 / reduce fp32)"}, "fp32"),
     ({"precision": "BF16", "notes": "--grad-reduce-in-bf16"}, "bf16"),

@@ -40,8 +40,8 @@ def page_rows(page: str) -> dict[str, dict[str, str]]:
 
 def test_the_options_are_every_defaulted_training_and_gpu_field_of_the_engine():
     names = {path for path, _ in option_fields()}
-    for name in ("tp_comm_overlap", "ep_comm_overlap", "ep_dispatch", "fp8_param_gather", "fp8_recipe",
-                 "elementwise", "projections", "overlap_grad_reduce", "attention"):
+    for name in ("tp_comm_overlap", "ep_comm_overlap", "ep_dispatch", "ep_dispatch_dtype", "fp8_param_gather",
+                 "fp8_recipe", "elementwise", "projections", "overlap_grad_reduce", "attention"):
         assert f"training.{name}" in names
     for name in ("gemm_efficiency", "fp8_gemm_efficiency", "sustained_clock", "attention_efficiency",
                  "hbm_efficiency", "kernel_overhead_us"):
