@@ -186,7 +186,9 @@ HOST_COPY_EFFICIENCY = 0.8
 # Engine's GEMM tutorial), and the 500 W H100's sustained clock refitted (0.72 -> 0.70).
 # 2.15: MoE tokens travel in 16 bits in FP8 training too (Megatron-Core's dispatchers quantise on arrival), unless
 # training.ep_dispatch_dtype = "fp8" (DeepSeek-V3's own framework, Megatron-Core's ncclep MXFP8 dispatch).
-ENGINE_VERSION = "2.15"
+# 2.16: model.router_groups / router_group_top_k (group-limited routing: a deduplicating dispatch reaches fewer
+# NVLink domains; DeepSeek-V3's 8 groups, 4 a token).
+ENGINE_VERSION = "2.16"
 
 
 def as_dict() -> dict[str, float]:

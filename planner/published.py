@@ -212,9 +212,26 @@ def _model_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None) -> dic
     for key in ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "dense_layers"):
         if row.get(key) and not (key in ("experts", "top_k") and row[key] == 1):
             model[key] = row[key]
+    model.update(_routing(model, catalog))
     if rt.affirmed(r"\bmhc\b|hyper[- ]connections?", notes):
         model["residual_streams"] = rt.hyper_connection_streams(notes)
     return model
+
+
+# The shape that names an MoE architecture, for the routing rows leave out (_routing).
+ROUTED_SHAPE = ("layers", "hidden", "experts", "top_k", "expert_ffn_hidden", "shared_experts")
+
+
+def _routing(model: dict[str, Any], catalog: Catalog) -> dict[str, Any]:
+    """The router groups of the catalog preset with the row's MoE shape: group-limited routing is part of an
+    architecture (DeepSeek-V3's 8 groups, 4 per token, are in its config.json and every recipe of it), which the
+    rows give by name and shape, not by router setting."""
+    if (model.get("experts") or 1) <= 1:
+        return {}
+    for preset in catalog.get("model", {}).values():
+        if all(preset.get(k) == model.get(k) for k in ROUTED_SHAPE) and (preset.get("router_groups") or 1) > 1:
+            return {"router_groups": preset["router_groups"], "router_group_top_k": preset["router_group_top_k"]}
+    return {}
 
 
 def _layout_doc(row: dict[str, Any], model: dict[str, Any], catalog: Catalog) -> dict[str, Any]:

@@ -68,6 +68,12 @@ MODEL_FIELDS = (
     Field("seq_len", int, lo=1, hi=16_777_216, unit="tokens", help="Training sequence length."),
     Field("experts", int, 1, lo=1, hi=8192, help="Mixture of experts: routed experts per MoE layer (1 = dense)."),
     Field("top_k", int, 1, lo=1, hi=8192, help="Routed experts each token visits."),
+    Field("router_groups", int, 1, lo=1, hi=8192,
+          help="Group-limited routing: the routed experts fall into this many equal groups of consecutive experts "
+               "(DeepSeek-V3: 8); 1 = no groups."),
+    Field("router_group_top_k", int, None, lo=1, hi=8192,
+          help="Group-limited routing: a token's experts come from at most this many groups (DeepSeek-V3: 4, so a "
+               "token reaches at most 4 of 8 nodes). Default: every group (no limit)."),
     Field("expert_ffn_hidden", int, None, lo=1, hi=1_048_576,
           help="MLP inner width of one expert. Default: ffn_hidden."),
     Field("shared_experts", int, 0, lo=0, hi=64, help="Always-active shared experts per MoE layer (DeepSeek)."),
@@ -320,6 +326,8 @@ class ModelSpec:
     tied_embeddings: bool
     dropout: bool = True
     residual_streams: int = 1
+    router_groups: int = 1
+    router_group_top_k: int = 1
 
     @property
     def is_moe(self) -> bool:
@@ -703,6 +711,7 @@ def _fill_model_defaults(m: dict[str, Any]) -> None:
     m["ffn_hidden"] = m["ffn_hidden"] or 4 * m["hidden"]
     m["expert_ffn_hidden"] = m["expert_ffn_hidden"] or m["ffn_hidden"]
     m["dropout"] = not m["gated_mlp"] if m["dropout"] is None else m["dropout"]
+    m["router_group_top_k"] = m["router_group_top_k"] or m["router_groups"]
 
 
 def _check_model(m: dict[str, Any], errs: _Collector) -> None:
@@ -712,6 +721,14 @@ def _check_model(m: dict[str, Any], errs: _Collector) -> None:
         errs.add("model.kv_heads", f"must divide model.heads ({m['heads']})")
     if m["top_k"] > m["experts"]:
         errs.add("model.top_k", f"must be at most model.experts ({m['experts']})")
+    groups, picked = m["router_groups"], m["router_group_top_k"]
+    if m["experts"] % groups:
+        errs.add("model.router_groups", f"must divide model.experts ({m['experts']})")
+    elif picked > groups:
+        errs.add("model.router_group_top_k", f"must be at most model.router_groups ({groups})")
+    elif m["top_k"] > picked * (m["experts"] // groups):
+        errs.add("model.router_group_top_k", f"leaves {picked * (m['experts'] // groups)} experts to choose from, "
+                                             f"fewer than model.top_k ({m['top_k']})")
     if m["experts"] == 1 and (m["shared_experts"] or m["dense_layers"]):
         errs.add("model.experts", "shared_experts and dense_layers need an MoE model (experts > 1)")
     if m["dense_layers"] >= m["layers"] and m["experts"] > 1:

@@ -10,6 +10,7 @@ and they sum to the step time.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -279,7 +280,7 @@ def _ep_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
     if spec.training.ep_dispatch == "dedup" and m.is_moe:
         col = placement["ep"]
         domains = np.array([g.domains for g in col.groups], dtype=float)[col.index]
-        nbytes = nbytes * dedup_ratio(domains, m.top_k)
+        nbytes = nbytes * dedup_ratio(domains, m.top_k, m.router_groups, m.router_group_top_k)
     per_layer = 4.0 + 2.0 * lay.full_share
     moe_share = m.moe_layers / m.layers
     c = _collective(spec, placement, "ep", "all_to_all", nbytes, per_layer * n * moe_share * micro)
@@ -288,14 +289,35 @@ def _ep_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
     return c
 
 
-def dedup_ratio(domains: np.ndarray | float, top_k: int) -> np.ndarray:
-    """Cross-domain bytes of a deduplicating dispatch (DeepEP, HybridEP: a token crosses to each remote NVLink
-    domain once and fans out to its experts there over NVLink) over those of a plain all-to-all, with the top-k
-    experts spread evenly over N domains: (N - 1)(1 - (1 - 1/N)^k) copies leave the domain instead of k (N - 1)/N
-    (DeepSeek-AI 2024, DeepSeek-V3 report, sec. 3.2.2). The cross-domain part bounds the all-to-all's time; inside
-    one domain (N = 1) nothing changes."""
+def dedup_ratio(domains: np.ndarray | float, top_k: int, groups: int = 1, group_top_k: int = 1) -> np.ndarray:
+    """Cross-domain bytes of a deduplicating dispatch (DeepEP, HybridEP: a token crosses to each NVLink domain it
+    is routed to once and fans out to its experts there over NVLink) over those of a plain all-to-all, which sends
+    each of the k copies and k (N - 1)/N of them leave the domain: hit(N)/k, where hit is the expected number of
+    the N domains (holding equal runs of consecutive experts) the token reaches; (N - 1)/N of those are remote in
+    both cases (DeepSeek-AI 2024, DeepSeek-V3 report, sec. 3.2.2). Without router groups the k experts are spread
+    evenly: hit = N (1 - (1 - 1/N)^k). With group-limited routing a token picks g of G groups of consecutive
+    experts and about k/g experts in each (Megatron-Core's group_limited_topk scores a group by its top k/g;
+    DeepSeek-V3 report sec. 2.1.2, node-limited routing: G = 8, g = 4):
+      G a multiple of N (G/N groups per domain): a domain is reached when one of its groups is picked,
+        hit = N (1 - C(G - G/N, g) / C(G, g));
+      N a multiple of G (a group spans r = N/G domains): hit = N (g/G) (1 - (1 - 1/r)^(k/g));
+    other shapes are taken as ungrouped (an upper bound: groups only concentrate a token's experts). Inside one
+    domain (N = 1) nothing changes. Forced-balance benchmarks (random router logits) route this way too: the
+    random logits go through the same group-limited top-k."""
     n = np.maximum(np.asarray(domains, dtype=float), 1.0)
-    return np.where(n > 1, (1.0 - (1.0 - 1.0 / n) ** top_k) * n / top_k, 1.0)
+    out = np.empty_like(n)
+    for value in np.unique(n):
+        out[n == value] = _domains_reached(int(value), top_k, groups, group_top_k) / top_k
+    return np.where(n > 1, out, 1.0)
+
+
+def _domains_reached(n: int, k: int, groups: int, picked: int) -> float:
+    """Expected NVLink domains a token's k routed experts fall in (dedup_ratio)."""
+    if picked < groups and groups % n == 0:
+        return n * (1.0 - math.comb(groups - groups // n, picked) / math.comb(groups, picked))
+    if picked < groups and n % groups == 0:
+        return n * picked / groups * (1.0 - (1.0 - groups / n) ** (k / picked))
+    return n * (1.0 - (1.0 - 1.0 / n) ** k)
 
 
 def _pp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], tokens: np.ndarray, micro: np.ndarray

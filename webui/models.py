@@ -187,6 +187,8 @@ class ModelPreset(CatalogRow):
     seq_len = models.PositiveIntegerField()
     experts = models.PositiveIntegerField(default=1)
     top_k = models.PositiveIntegerField(default=1)
+    router_groups = models.PositiveIntegerField(default=1)  # group-limited routing (DeepSeek-V3: 8 groups, ...
+    router_group_top_k = models.PositiveIntegerField(null=True, blank=True)  # ... 4 per token); empty: all groups
     expert_ffn_hidden = models.PositiveIntegerField(null=True, blank=True)
     shared_experts = models.PositiveIntegerField(default=0)
     dense_layers = models.PositiveIntegerField(default=0)

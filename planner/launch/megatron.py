@@ -50,6 +50,9 @@ def _model(job: Job, arg, em: Emitter) -> None:
     if m.is_moe:
         arg("--num-experts", m.experts)
         arg("--moe-router-topk", m.top_k)
+        if m.router_group_top_k < m.router_groups:  # group-limited routing (DeepSeek-V3: 8 groups, 4 a token)
+            arg("--moe-router-num-groups", m.router_groups)
+            arg("--moe-router-group-topk", m.router_group_top_k)
         arg("--moe-ffn-hidden-size", m.expert_ffn_hidden)
         if m.shared_experts:
             arg("--moe-shared-expert-intermediate-size", m.shared_experts * m.expert_ffn_hidden)

@@ -243,6 +243,21 @@ def test_deepseek_v4_keeps_mhcs_four_residual_streams(catalog):
     assert "residual_streams" not in v3["model"]
 
 
+def test_deepseek_v3_rows_route_as_the_architecture_does(catalog):
+    """Group-limited routing is part of DeepSeek-V3 (8 groups, 4 a token), set in each of its Megatron-Core recipes
+    (moe_router_num_groups 8, moe_router_group_topk 4); the rows give the architecture's shape, not the router
+    setting, so they take it from the preset of that shape. Other MoE models keep ungrouped routing."""
+    routing = {}
+    for row in ROWS:
+        if row.get("experts"):
+            model = row_to_spec_doc(row, catalog)["model"]
+            routing[row["id"]] = (model.get("router_groups"), model.get("router_group_top_k"))
+    v3 = {k for k in routing if "deepseek_v3" in k}
+    assert len(v3) == 3 and len(routing) == 16
+    assert {routing[k] for k in v3} == {(8, 4)}
+    assert {routing[k] for k in set(routing) - v3} == {(None, None)}
+
+
 @pytest.mark.parametrize("schedule, vpp", [("interleaved 1F1B", None), ("non-interleaved 1F1B", 1),
                                            ("1F1B (doc)", 1), ("", None)])
 def test_a_schedule_named_non_interleaved_has_no_virtual_stages(catalog, schedule, vpp):

@@ -313,6 +313,16 @@ def test_moe_exports_keep_the_experts_whole_as_the_plan_costs_them():
     assert "--moe-grouped-gemm" not in megatron_args(launch_config(spec, entry, "megatron").text)
 
 
+def test_group_limited_routing_reaches_megatron():
+    doc = {"model": {**MOE, "router_groups": 4, "router_group_top_k": 2}, "training": {"global_batch": 64},
+           "cluster": H100_32, "layout": {"tp": 1, "pp": 1, "ep": 8}}
+    spec = parse_spec(doc, load_catalog())
+    m = megatron_args(launch_config(spec, plan(spec, top=1)["plans"][0], "megatron").text)
+    assert (m["--moe-router-num-groups"], m["--moe-router-group-topk"]) == ("4", "2")
+    spec, entry = moe_plan({"tp": 1, "pp": 1, "ep": 8})  # ungrouped: Megatron's default, no flags
+    assert "--moe-router-num-groups" not in megatron_args(launch_config(spec, entry, "megatron").text)
+
+
 def test_partitioned_saved_inputs_reach_megatron_and_deepspeed():
     spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1, "recompute": "full", "sequence_parallel": False},
                              {"partition_activations": True})

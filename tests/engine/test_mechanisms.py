@@ -76,6 +76,42 @@ def test_deduplicating_dispatch_sends_a_token_once_per_remote_domain():
     assert dedup_ratio(4, 1) == pytest.approx(1.0)
 
 
+def test_group_limited_routing_reaches_fewer_domains():
+    from planner.steptime import dedup_ratio
+    # DeepSeek-V3 (8 groups, 4 a token) with EP over 4 nodes, 2 groups each: a node is reached when one of its
+    # groups is picked, 4 (1 - C(6,4)/C(8,4)) = 3.14 of 4, against 4 (1 - (3/4)^8) = 3.60 ungrouped.
+    assert dedup_ratio(4, 8, 8, 4) == pytest.approx(4 * (1 - 15 / 70) / 8)
+    assert dedup_ratio(4, 8) == pytest.approx(4 * (1 - 0.75 ** 8) / 8)
+    assert dedup_ratio(8, 8, 8, 4) == pytest.approx(0.5)  # one group a node: exactly 4 of 8 nodes
+    # 16 nodes: each group spans 2 and gets 2 experts: 16 x 4/8 x (1 - (1/2)^2) = 6 nodes
+    assert dedup_ratio(16, 8, 8, 4) == pytest.approx(6 / 8)
+    # every group allowed, a shape the groups do not tile, or one domain: as ungrouped
+    assert dedup_ratio(4, 8, 8, 8) == pytest.approx(dedup_ratio(4, 8))
+    assert dedup_ratio(3, 8, 8, 4) == pytest.approx(dedup_ratio(3, 8))
+    assert dedup_ratio(1, 8, 8, 4) == 1.0
+    assert list(dedup_ratio(np.array([1.0, 4.0, 8.0]), 8, 8, 4)) == pytest.approx([1.0, 4 * (1 - 15 / 70) / 8, 0.5])
+
+
+def test_deepseek_v3_dispatch_over_four_nodes_sends_13_percent_fewer_bytes(catalog):
+    v3 = catalog["model"]["DeepSeek-V3 671B (MLA approximated as MHA)"]
+    assert (v3["router_groups"], v3["router_group_top_k"]) == (8, 4)
+    doc = {"model": v3, "training": {"global_batch": 256, "precision": "bf16", "ep_dispatch": "dedup"},
+           "cluster": {"num_gpus": 256, "gpu": "B200", "node": "DGX B200", "fabric": "NDR InfiniBand fat tree"},
+           "layout": {"tp": 1, "pp": 8, "dp": 32, "ep": 32, "micro_batch": 1, "vpp": 2, "zero": 1,
+                      "recompute": "selective"}}
+
+    def dispatched() -> float:
+        return next(c["bytes_per_step"] for c in best(doc, catalog)["comm"] if c["group"] == "ep")
+
+    grouped = dispatched()
+    doc["model"] = dict(v3, router_groups=1, router_group_top_k=None)
+    assert grouped / dispatched() == pytest.approx((1 - 15 / 70) / (1 - 0.75 ** 8), rel=1e-4)
+    doc["training"]["ep_dispatch"] = "all_to_all"  # a plain all-to-all sends every copy, grouped or not
+    plain = dispatched()
+    doc["model"] = v3
+    assert dispatched() == pytest.approx(plain)
+
+
 def test_eager_elementwise_streams_more_bytes_than_fused(catalog):
     import numpy as np
 

@@ -60,6 +60,23 @@ def test_kv_heads_must_divide_heads(gpt3_doc):
     assert errors_of(gpt3_doc) == {"model.kv_heads": ["must divide model.heads (96)"]}
 
 
+def test_router_groups_must_tile_the_experts_and_leave_top_k_to_choose(gpt3_doc):
+    gpt3_doc["model"].update(experts=64, top_k=8)
+    spec = parse_spec(gpt3_doc)
+    assert (spec.model.router_groups, spec.model.router_group_top_k) == (1, 1)  # no groups: one, all of it
+    gpt3_doc["model"]["router_groups"] = 8
+    assert parse_spec(gpt3_doc).model.router_group_top_k == 8  # default: every group
+    gpt3_doc["model"]["router_groups"] = 6
+    assert errors_of(gpt3_doc) == {"model.router_groups": ["must divide model.experts (64)"]}
+    gpt3_doc["model"].update(router_groups=8, router_group_top_k=9)
+    assert errors_of(gpt3_doc) == {"model.router_group_top_k": ["must be at most model.router_groups (8)"]}
+    gpt3_doc["model"]["router_group_top_k"] = 1  # one group of 8 experts holds top-8, not top-9
+    assert parse_spec(gpt3_doc).model.router_group_top_k == 1
+    gpt3_doc["model"].update(top_k=9, router_group_top_k=1)
+    assert errors_of(gpt3_doc) == {"model.router_group_top_k": [
+        "leaves 8 experts to choose from, fewer than model.top_k (9)"]}
+
+
 def test_gpu_count_must_fill_nodes(gpt3_doc):
     gpt3_doc["cluster"]["num_gpus"] = 1020
     assert "cluster.num_gpus" in errors_of(gpt3_doc)

@@ -31,3 +31,20 @@ def test_node_types_seeded_before_the_host_link_get_the_shipped_figures():
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deepseek_v3_seeded_before_router_groups_gets_its_routing():
+    old = migrate_to(("webui", "0008_model_residual_streams")).get_model("webui", "ModelPreset")
+    old.objects.all().delete()
+    shape = dict(layers=61, hidden=7168, heads=128, vocab=129280, seq_len=4096, experts=256, top_k=8)
+    old.objects.create(name="DeepSeek-V3 671B (MLA approximated as MHA)", **shape)
+    old.objects.create(name="my DeepSeek-V3 copy", **shape)
+    try:
+        new = migrate_to(("webui", "0009_model_router_groups")).get_model("webui", "ModelPreset")
+        routing = {row.name: (row.router_groups, row.router_group_top_k) for row in new.objects.all()}
+        # fixtures/models.json: the shipped preset gets 8 groups, 4 a token; a row of another name keeps the default
+        assert routing == {"DeepSeek-V3 671B (MLA approximated as MHA)": (8, 4), "my DeepSeek-V3 copy": (1, None)}
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
