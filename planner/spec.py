@@ -722,7 +722,9 @@ def _check_model(m: dict[str, Any], errs: _Collector) -> None:
     if m["top_k"] > m["experts"]:
         errs.add("model.top_k", f"must be at most model.experts ({m['experts']})")
     groups, picked = m["router_groups"], m["router_group_top_k"]
-    if m["experts"] % groups:
+    if groups > 1 and m["experts"] == 1:
+        errs.add("model.router_groups", "router groups need an MoE model (experts > 1)")
+    elif m["experts"] % groups:
         errs.add("model.router_groups", f"must divide model.experts ({m['experts']})")
     elif picked > groups:
         errs.add("model.router_group_top_k", f"must be at most model.router_groups ({groups})")

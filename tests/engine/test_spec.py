@@ -61,7 +61,9 @@ def test_kv_heads_must_divide_heads(gpt3_doc):
 
 
 def test_router_groups_must_tile_the_experts_and_leave_top_k_to_choose(gpt3_doc):
-    gpt3_doc["model"].update(experts=64, top_k=8)
+    gpt3_doc["model"]["router_groups"] = 8
+    assert errors_of(gpt3_doc) == {"model.router_groups": ["router groups need an MoE model (experts > 1)"]}
+    gpt3_doc["model"].update(experts=64, top_k=8, router_groups=1)
     spec = parse_spec(gpt3_doc)
     assert (spec.model.router_groups, spec.model.router_group_top_k) == (1, 1)  # no groups: one, all of it
     gpt3_doc["model"]["router_groups"] = 8
