@@ -26,7 +26,8 @@ HARDWARE = ("gpu", "node", "fabric")
 PREFIX = {"model": "model", "training": "training", "cluster.gpu": "gpu", "cluster.node": "node",
           "cluster.fabric": "fabric", "layout": "layout"}
 SECTION_OF = {prefix: section for section, prefix in PREFIX.items()}
-MODEL_MORE = ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "dense_layers", "tied_embeddings")
+MODEL_MORE = ("experts", "top_k", "router_groups", "router_group_top_k", "expert_ffn_hidden", "shared_experts",
+              "dense_layers", "tied_embeddings")
 
 # Presentation only: the names people read. Units come from the engine's table.
 LABELS = {
