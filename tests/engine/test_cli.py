@@ -194,7 +194,7 @@ def test_a_reader_that_stops_early_ends_the_command_quietly():
     assert out.returncode == 141  # as `yes | head` ends under pipefail: stopped by the closed pipe
 
 
-@pytest.mark.parametrize("args", [("validate",), ("catalog",)])
+@pytest.mark.parametrize("args", [("validate", "planner/data/published_runs.json"), ("catalog",)])
 def test_every_command_ends_quietly_on_a_closed_pipe(args):
     proc = subprocess.Popen([sys.executable, "-m", "planner", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
