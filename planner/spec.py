@@ -728,9 +728,9 @@ def _check_model(m: dict[str, Any], errs: _Collector) -> None:
         errs.add("model.router_groups", f"must divide model.experts ({m['experts']})")
     elif picked > groups:
         errs.add("model.router_group_top_k", f"must be at most model.router_groups ({groups})")
-    elif m["top_k"] > picked * (m["experts"] // groups):
-        errs.add("model.router_group_top_k", f"leaves {picked * (m['experts'] // groups)} experts to choose from, "
-                                             f"fewer than model.top_k ({m['top_k']})")
+    elif m["top_k"] > (choosable := picked * (m["experts"] // groups)):
+        errs.add("model.router_group_top_k",
+                 f"leaves {choosable} experts to choose from, fewer than model.top_k ({m['top_k']})")
     if m["experts"] == 1 and (m["shared_experts"] or m["dense_layers"]):
         errs.add("model.experts", "shared_experts and dense_layers need an MoE model (experts > 1)")
     if m["dense_layers"] >= m["layers"] and m["experts"] > 1:

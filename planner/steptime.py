@@ -305,10 +305,9 @@ def dedup_ratio(domains: np.ndarray | float, top_k: int, groups: int = 1, group_
     domain (N = 1) nothing changes. Forced-balance benchmarks (random router logits) route this way too: the
     random logits go through the same group-limited top-k."""
     n = np.maximum(np.asarray(domains, dtype=float), 1.0)
-    out = np.empty_like(n)
-    for value in np.unique(n):
-        out[n == value] = _domains_reached(int(value), top_k, groups, group_top_k) / top_k
-    return np.where(n > 1, out, 1.0)
+    counts, where = np.unique(n, return_inverse=True)  # a handful of domain counts over all the candidates
+    reached = np.array([_domains_reached(int(c), top_k, groups, group_top_k) for c in counts])
+    return np.where(n > 1, (reached / top_k)[where].reshape(n.shape), 1.0)
 
 
 def _domains_reached(n: int, k: int, groups: int, picked: int) -> float:
