@@ -61,8 +61,28 @@ class PlanRequest(Request):
         super().on_failure(exc_info, send_failed_event=send_failed_event, return_ok=return_ok)
 
 
+# How long the main process waits for a give-back before it goes on (the plan's lease lapses, the sweep
+# recovers it): a database that does not answer must not hold a worker's shutdown.
+GIVE_BACK_WAIT_S = 10.0
+
+
 def plan_give_back(*, plan_id: int, holder: str | None, send: bool, reason: str) -> None:
-    """`delivery.plan_lost`, from the worker's main process: logged, never raised, no connection kept."""
+    """`delivery.plan_lost`, from the worker's main process: logged, never raised, no connection kept.
+
+    It runs on a thread of its own, with its own database connection. A cold shutdown calls it inside the
+    SIGQUIT handler (Celery stops the pool there), on top of whatever the main thread was doing, which may be a
+    query of the recovery sweep: psycopg holds that connection's lock for the whole query, and a second query on
+    it from the same thread would wait for the lock forever, and the worker would never exit."""
+    done = threading.Thread(target=_plan_give_back, name=f"give-back-{plan_id}", daemon=True,
+                            kwargs={"plan_id": plan_id, "holder": holder, "send": send, "reason": reason})
+    done.start()
+    done.join(GIVE_BACK_WAIT_S)
+    if done.is_alive():
+        logger.error("plan %s: the give-back did not finish within %.0f s; going on (its lease will lapse)",
+                     plan_id, GIVE_BACK_WAIT_S)
+
+
+def _plan_give_back(*, plan_id: int, holder: str | None, send: bool, reason: str) -> None:
     try:
         outcome = delivery.plan_lost(plan_id=plan_id, holder=holder, send=send)
         logger.warning("plan %s: its search process was lost (%s): %s", plan_id, reason,
@@ -70,7 +90,7 @@ def plan_give_back(*, plan_id: int, holder: str | None, send: bool, reason: str)
     except Exception:  # the lease lapses and the sweep recovers the plan
         logger.exception("plan %s: could not give the plan back; its lease will lapse", plan_id)
     finally:
-        connection.close()
+        connection.close()  # this thread's own connection
 
 
 # Database hiccups (a locked SQLite file, a dropped PostgreSQL connection) are worth retrying: the service gives

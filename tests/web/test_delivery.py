@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import logging
 import resource
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 
 import planner
-from webui import delivery, services
+from webui import delivery, services, tasks
 from webui.models import Plan
 
 from .conftest import fresh_python
@@ -215,6 +216,35 @@ def test_a_lost_process_is_given_back_on_a_new_connection_too(seeded, small_spec
     assert delivery.plan_claim(plan_id=plan.pk, token=delivery.lease_token(holder))[1] is not None
     broken()
     assert delivery.plan_lost(plan_id=plan.pk, holder=holder, send=False) == "requeued"
+    plan.refresh_from_db()
+    assert (plan.status, plan.lease_token, plan.attempts) == ("queued", None, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lost_process_is_given_back_from_a_signal_handler_that_struck_mid_query(seeded, small_spec, sent):
+    # A cold shutdown runs Celery's pool stop, and so the give-back, inside the SIGQUIT handler, on top of whatever
+    # the main thread was doing. In a query of the recovery sweep, psycopg holds that connection's lock until the
+    # answer is in; a give-back on the same connection would wait for it forever, and the worker never exit.
+    if connection.vendor != "postgresql":
+        pytest.skip("only psycopg holds a connection lock across a query (the PostgreSQL pass runs this)")
+    plan = services.plan_create(spec=services.spec_parse(data=small_spec))
+    holder = "w1@host/4242/t-1"
+    assert delivery.plan_claim(plan_id=plan.pk, token=delivery.lease_token(holder))[1] is not None
+    returned: list[bool] = []
+
+    def handler_on_top_of_a_query() -> None:
+        connection.ensure_connection()
+        try:
+            with connection.connection.lock:  # as the interrupted query holds it
+                tasks.plan_give_back(plan_id=plan.pk, holder=holder, send=False, reason="SIGQUIT")
+                returned.append(True)
+        finally:
+            connection.close()
+
+    main = threading.Thread(target=handler_on_top_of_a_query, daemon=True)
+    main.start()
+    main.join(tasks.GIVE_BACK_WAIT_S + 5)  # on a deadlock, this thread would be left waiting, and the test fail
+    assert returned == [True]
     plan.refresh_from_db()
     assert (plan.status, plan.lease_token, plan.attempts) == ("queued", None, 1)
 

@@ -224,7 +224,7 @@ def test_a_worker_stopped_mid_search_hands_its_plan_to_a_worker_still_running(se
     [other] = [w for w in workers if w is not holder]
     os.kill(holder.proc.pid, signal.SIGQUIT)  # a cold shutdown, as `systemctl stop` with KillSignal=SIGQUIT sends
     stopped_at = timezone.now()
-    holder.proc.wait(timeout=20)
+    assert wait_until(lambda: not holder.alive(), 20), f"the stopped worker did not exit\n{outputs(holder, other)}"
 
     wait_for_status(plan, ("done", "failed"), timeout=90)
     assert plan.status == "done", f"{plan.status} {plan.error}\n{outputs(holder, other)}"
