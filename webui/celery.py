@@ -18,11 +18,12 @@ import os
 import resource
 import signal
 import sys
+import threading
 from types import FrameType
 from typing import Any
 
 from celery import Celery, bootsteps
-from celery.signals import worker_process_init, worker_ready
+from celery.signals import worker_init, worker_process_init, worker_ready
 
 from . import broker
 
@@ -50,6 +51,27 @@ def limit_search_memory(**kwargs: Any) -> None:
     if limit > 0:
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
         resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+
+
+# Held by the worker's main process around each of its database sweeps and give-backs that run on a thread of
+# their own, and taken around every fork (`prepare_for_forks`). A process forked while another thread is inside
+# SQLite (or an import) inherits that thread's locks held for good, and its own first query waits on them forever:
+# seen with the embedded broker, whose timer runs the sweep on a thread of its own while billiard starts a pool
+# process. An RLock: with Redis the sweep runs on the thread that forks.
+fork_guard = threading.RLock()
+
+
+@worker_init.connect
+def prepare_for_forks(**kwargs: Any) -> None:
+    """In the worker's main process, before it starts a thread or a pool process: forks wait for `fork_guard`;
+    and the SQL compiler, which Django imports on a connection's first query, is imported now."""
+    from django.db import connections
+
+    os.register_at_fork(before=fork_guard.acquire, after_in_parent=fork_guard.release,
+                        after_in_child=fork_guard.release)
+    for alias in connections:
+        with contextlib.suppress(Exception):  # a backend that will not load fails the sweep, with its message
+            connections[alias].ops.compiler("SQLCompiler")
 
 
 @worker_ready.connect
@@ -101,12 +123,13 @@ def recover_plans() -> None:
     if state.should_stop or state.should_terminate:
         return  # a worker on its way out must not send itself plans it would drop
 
-    try:
-        delivery.plans_recover()
-    except Exception:  # a sweep that fails (database away) must not stop the timer: the next one tries again
-        logger.exception("plans_recover failed; trying again in the next sweep")
-    finally:
-        connection.close()  # the sweep runs in the worker's main process: hold no connection between sweeps
+    with fork_guard:
+        try:
+            delivery.plans_recover()
+        except Exception:  # a sweep that fails (database away) must not stop the timer: the next one tries again
+            logger.exception("plans_recover failed; trying again in the next sweep")
+        finally:
+            connection.close()  # the sweep runs in the worker's main process: hold no connection between sweeps
 
 
 class PlanRecovery(bootsteps.StartStopStep):

@@ -28,6 +28,7 @@ from celery.worker.request import Request
 from django.db import InterfaceError, OperationalError, connection
 
 from . import delivery, services
+from .celery import fork_guard
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,10 @@ class PlanRequest(Request):
 # How long the main process waits for a give-back before it goes on (the plan's lease lapses, the sweep
 # recovers it): a database that does not answer must not hold a worker's shutdown.
 GIVE_BACK_WAIT_S = 10.0
+# How long a stopped search process has to give its plan back before it exits without doing so (its worker's
+# main process then gives it back, or the lease lapses): the stop strikes wherever the search was, and what it
+# interrupted may hold a lock the give-back needs.
+STOP_GIVE_BACK_S = 5.0
 
 
 def plan_give_back(*, plan_id: int, holder: str | None, send: bool, reason: str) -> None:
@@ -83,14 +88,15 @@ def plan_give_back(*, plan_id: int, holder: str | None, send: bool, reason: str)
 
 
 def _plan_give_back(*, plan_id: int, holder: str | None, send: bool, reason: str) -> None:
-    try:
-        outcome = delivery.plan_lost(plan_id=plan_id, holder=holder, send=send)
-        logger.warning("plan %s: its search process was lost (%s): %s", plan_id, reason,
-                       outcome or "nothing to do (finished, or held by another delivery)")
-    except Exception:  # the lease lapses and the sweep recovers the plan
-        logger.exception("plan %s: could not give the plan back; its lease will lapse", plan_id)
-    finally:
-        connection.close()  # this thread's own connection
+    with fork_guard:  # no pool process forked while this thread is inside the database (webui/celery.py)
+        try:
+            outcome = delivery.plan_lost(plan_id=plan_id, holder=holder, send=send)
+            logger.warning("plan %s: its search process was lost (%s): %s", plan_id, reason,
+                           outcome or "nothing to do (finished, or held by another delivery)")
+        except Exception:  # the lease lapses and the sweep recovers the plan
+            logger.exception("plan %s: could not give the plan back; its lease will lapse", plan_id)
+        finally:
+            connection.close()  # this thread's own connection
 
 
 # Database hiccups (a locked SQLite file, a dropped PostgreSQL connection) are worth retrying: the service gives
@@ -109,7 +115,8 @@ def stop_signal_once() -> Iterator[None]:
     """In a pool process, the first SIGTERM stops the search as billiard's handler does (SystemExit, the process
     on its way out), and holds every later one off: a cold shutdown may send two (`webui.celery.stop_searches_first`
     and Celery's cancel), and billiard's handler leaves the second to kill the process before
-    `services.plan_run` has given the plan back. Elsewhere (a solo or thread pool, a test) nothing changes: the
+    `services.plan_run` has given the plan back. The give-back gets STOP_GIVE_BACK_S; then the process exits
+    (SIGALRM), and its worker's main process takes over (`PlanRequest.on_failure`). Elsewhere (a solo or thread pool, a test) nothing changes: the
     search runs in the worker's main process, whose SIGTERM is Celery's warm shutdown."""
     if current_process().name == "MainProcess" or threading.current_thread() is not threading.main_thread():
         yield
@@ -118,6 +125,10 @@ def stop_signal_once() -> Iterator[None]:
 
     def stop(signum: int, frame: FrameType | None) -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # pending until the process exits
+        # Bounded: should the give-back hang (a lock held by the code the stop interrupted), exit without it
+        # rather than hold the worker's shutdown (billiard joins its pool processes without a timeout).
+        signal.signal(signal.SIGALRM, lambda *_: os._exit(128 + signum))
+        signal.setitimer(signal.ITIMER_REAL, STOP_GIVE_BACK_S)
         if callable(previous):
             previous(signum, frame)  # billiard's: SystemExit, with the job reported lost rather than failed
         raise SystemExit(128 + signum)

@@ -213,11 +213,15 @@ def test_a_killed_pool_process_frees_the_worker_at_once(seeded, broker_env, spaw
 
 
 def test_a_worker_stopped_mid_search_hands_its_plan_to_a_worker_still_running(seeded, broker_env, spawn):
-    env = {**broker_env, **LONG_LEASE}
+    # A recovery sweep every 2 ms, so that the stop is likely to land in the middle of one of its queries, and the
+    # pool process's start too (webui/celery.py `fork_guard`): the shutdown must not wait on the query it
+    # interrupted (on PostgreSQL a give-back on that connection would), nor a pool process on a lock it inherited.
+    env = {**broker_env, **LONG_LEASE, "PLAN_RECOVER_EVERY_S": "0.002"}
     web = spawn(WebServer(env))
     workers = [spawn(WorkerProcess(env, name=name)) for name in ("first", "second")]
     plan = submit(web, MOE_SPEC)
-    wait_for_status(plan, ("running", "done", "failed"), timeout=60, every=0.01)
+    started = wait_for_status(plan, ("running", "done", "failed"), timeout=60, every=0.01)
+    assert started[-1] != "queued", f"no worker started the search\n{outputs(*workers)}"
     # One search per worker: only one took the message (its log line may reach us a moment after the claim).
     assert wait_until(lambda: any(w.count("] received") for w in workers), 5), outputs(*workers)
     [holder] = [w for w in workers if w.count("] received")]

@@ -56,3 +56,41 @@ def test_a_pool_of_threads_or_a_solo_worker_is_left_as_celery_made_it(sigquit):
     worker_wiring.stop_searches_first(sender=SimpleNamespace(pool=SimpleNamespace(info={"max-concurrency": 4})))
     signal.raise_signal(signal.SIGQUIT)  # no processes to stop: straight on to Celery's handler
     assert calls == [signal.SIGQUIT] and signal.getsignal(signal.SIGQUIT) is celery_handler
+
+
+FORK_SCRIPT = """
+import os, sys, threading, time
+import django
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webui.settings")
+django.setup()
+from webui import celery as worker_wiring
+worker_wiring.prepare_for_forks()
+imported = "django.db.models.sql.compiler" in sys.modules
+inside = threading.Event()
+
+def sweep():  # the recovery sweep on the embedded broker's timer thread
+    with worker_wiring.fork_guard:
+        inside.set()
+        time.sleep(0.5)
+
+thread = threading.Thread(target=sweep)
+thread.start()
+inside.wait()
+started = time.monotonic()
+pid = os.fork()  # billiard starting a pool process meanwhile
+if pid == 0:
+    os._exit(0)
+waited = time.monotonic() - started
+os.waitpid(pid, 0)
+thread.join()
+print(imported, round(waited, 2))
+"""
+
+
+def test_a_pool_process_is_not_forked_while_the_sweep_is_inside_the_database():
+    # A process forked while another thread held SQLite's or an import's locks would wait on them forever.
+    out = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    imported, waited = out.stdout.split()
+    assert imported == "True"  # Django's SQL compiler (SQLite's backend loads it on the first query only)
+    assert float(waited) >= 0.3  # the fork waited for the sweep to leave the database
