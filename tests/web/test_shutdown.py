@@ -94,3 +94,40 @@ def test_a_pool_process_is_not_forked_while_the_sweep_is_inside_the_database():
     imported, waited = out.stdout.split()
     assert imported == "True"  # Django's SQL compiler (SQLite's backend loads it on the first query only)
     assert float(waited) >= 0.3  # the fork waited for the sweep to leave the database
+
+
+HUNG_GIVE_BACK_SCRIPT = """
+import os, time
+import django
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webui.settings")
+django.setup()
+import billiard
+from webui import tasks
+
+def search(ready):
+    with tasks.stop_signal_once():
+        try:
+            ready.set()
+            time.sleep(60)  # the search
+        except SystemExit:
+            time.sleep(60)  # a give-back that hangs on a lock the stop left held
+            raise
+
+ready = billiard.Event()
+process = billiard.Process(target=search, args=(ready,))
+process.start()
+ready.wait(30)
+time.sleep(0.2)
+started = time.monotonic()
+os.kill(process.pid, 15)
+process.join(30)
+print(process.exitcode, round(time.monotonic() - started, 1))
+"""
+
+
+def test_a_stopped_search_process_whose_give_back_hangs_exits_after_its_grace():
+    out = subprocess.run([sys.executable, "-c", HUNG_GIVE_BACK_SCRIPT], capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr
+    code, took = out.stdout.split()
+    assert int(code) == 128 + signal.SIGTERM  # its own exit, not billiard's: the give-back never finished
+    assert tasks.STOP_GIVE_BACK_S - 0.5 <= float(took) <= tasks.STOP_GIVE_BACK_S + 5
