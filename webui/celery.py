@@ -53,11 +53,12 @@ def limit_search_memory(**kwargs: Any) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
 
 
-# Held by the worker's main process around each of its database sweeps and give-backs that run on a thread of
-# their own, and taken around every fork (`prepare_for_forks`). A process forked while another thread is inside
-# SQLite (or an import) inherits that thread's locks held for good, and its own first query waits on them forever:
-# seen with the embedded broker, whose timer runs the sweep on a thread of its own while billiard starts a pool
-# process. An RLock: with Redis the sweep runs on the thread that forks.
+# Held in the worker's main process around each database sweep, and around each give-back that runs on a thread
+# of its own (by its caller, `tasks.plan_give_back`), and taken around every fork (`prepare_for_forks`). A process
+# forked while another thread is inside SQLite (or an import) inherits that thread's locks held for good, and its
+# own first query waits on them forever: seen with the embedded broker, whose timer runs the sweep on a thread of
+# its own while billiard starts a pool process. An RLock: with Redis the sweep runs on the thread that forks, and
+# a cold shutdown's give-back may run inside a signal handler that struck in the middle of a sweep.
 fork_guard = threading.RLock()
 
 

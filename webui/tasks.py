@@ -77,26 +77,33 @@ def plan_give_back(*, plan_id: int, holder: str | None, send: bool, reason: str)
     It runs on a thread of its own, with its own database connection. A cold shutdown calls it inside the
     SIGQUIT handler (Celery stops the pool there), on top of whatever the main thread was doing, which may be a
     query of the recovery sweep: psycopg holds that connection's lock for the whole query, and a second query on
-    it from the same thread would wait for the lock forever, and the worker would never exit."""
-    done = threading.Thread(target=_plan_give_back, name=f"give-back-{plan_id}", daemon=True,
-                            kwargs={"plan_id": plan_id, "holder": holder, "send": send, "reason": reason})
-    done.start()
-    done.join(GIVE_BACK_WAIT_S)
+    it from the same thread would wait for the lock forever, and the worker would never exit. Meanwhile this
+    thread holds `fork_guard` on that thread's behalf (webui/celery.py: no pool process is forked while it is
+    inside the database); it may hold it already, in the sweep the signal interrupted, which that thread could
+    not take."""
+    guarded = fork_guard.acquire(timeout=GIVE_BACK_WAIT_S)  # a sweep on the timer thread ends within moments
+    try:
+        done = threading.Thread(target=_plan_give_back, name=f"give-back-{plan_id}", daemon=True,
+                                kwargs={"plan_id": plan_id, "holder": holder, "send": send, "reason": reason})
+        done.start()
+        done.join(GIVE_BACK_WAIT_S)
+    finally:
+        if guarded:
+            fork_guard.release()
     if done.is_alive():
         logger.error("plan %s: the give-back did not finish within %.0f s; going on (its lease will lapse)",
                      plan_id, GIVE_BACK_WAIT_S)
 
 
 def _plan_give_back(*, plan_id: int, holder: str | None, send: bool, reason: str) -> None:
-    with fork_guard:  # no pool process forked while this thread is inside the database (webui/celery.py)
-        try:
-            outcome = delivery.plan_lost(plan_id=plan_id, holder=holder, send=send)
-            logger.warning("plan %s: its search process was lost (%s): %s", plan_id, reason,
-                           outcome or "nothing to do (finished, or held by another delivery)")
-        except Exception:  # the lease lapses and the sweep recovers the plan
-            logger.exception("plan %s: could not give the plan back; its lease will lapse", plan_id)
-        finally:
-            connection.close()  # this thread's own connection
+    try:
+        outcome = delivery.plan_lost(plan_id=plan_id, holder=holder, send=send)
+        logger.warning("plan %s: its search process was lost (%s): %s", plan_id, reason,
+                       outcome or "nothing to do (finished, or held by another delivery)")
+    except Exception:  # the lease lapses and the sweep recovers the plan
+        logger.exception("plan %s: could not give the plan back; its lease will lapse", plan_id)
+    finally:
+        connection.close()  # this thread's own connection
 
 
 # Database hiccups (a locked SQLite file, a dropped PostgreSQL connection) are worth retrying: the service gives

@@ -7,6 +7,7 @@ import copy
 import logging
 import resource
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from django.utils import timezone
 
 import planner
 from webui import delivery, services, tasks
+from webui.celery import fork_guard
 from webui.models import Plan
 
 from .conftest import fresh_python
@@ -245,6 +247,21 @@ def test_a_lost_process_is_given_back_from_a_signal_handler_that_struck_mid_quer
     main.start()
     main.join(tasks.GIVE_BACK_WAIT_S + 5)  # on a deadlock, this thread would be left waiting, and the test fail
     assert returned == [True]
+    plan.refresh_from_db()
+    assert (plan.status, plan.lease_token, plan.attempts) == ("queued", None, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_give_back_from_a_signal_handler_that_struck_mid_sweep_goes_on_at_once(seeded, small_spec, sent):
+    # With Redis the recovery sweep runs on the main thread, holding the fork guard; a cold shutdown striking in
+    # the middle of it gives back from inside the handler, on the same thread: the guard is already its own.
+    plan = services.plan_create(spec=services.spec_parse(data=small_spec))
+    holder = "w1@host/4242/t-1"
+    assert delivery.plan_claim(plan_id=plan.pk, token=delivery.lease_token(holder))[1] is not None
+    started = time.monotonic()
+    with fork_guard:  # the sweep the signal interrupted
+        tasks.plan_give_back(plan_id=plan.pk, holder=holder, send=False, reason="SIGQUIT")
+    assert time.monotonic() - started < tasks.GIVE_BACK_WAIT_S / 2
     plan.refresh_from_db()
     assert (plan.status, plan.lease_token, plan.attempts) == ("queued", None, 1)
 
