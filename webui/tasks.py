@@ -77,14 +77,14 @@ def plan_give_back(*, plan_id: int, holder: str | None, send: bool, reason: str)
     It runs on a thread of its own, with its own database connection. A cold shutdown calls it inside the
     SIGQUIT handler (Celery stops the pool there), on top of whatever the main thread was doing, which may be a
     query of the recovery sweep: psycopg holds that connection's lock for the whole query, and a second query on
-    it from the same thread would wait for the lock forever, and the worker would never exit. Meanwhile this
-    thread holds `fork_guard` on that thread's behalf (webui/celery.py: no pool process is forked while it is
-    inside the database); it may hold it already, in the sweep the signal interrupted, which that thread could
-    not take."""
+    it from the same thread would wait for the lock forever, and the worker would never exit. While the
+    give-back's thread runs, the calling thread holds `fork_guard` for it (webui/celery.py: no pool process is
+    forked while a thread is inside the database). The caller may own the guard already, in the sweep the signal
+    interrupted; the give-back's thread could not have taken it then."""
+    done = threading.Thread(target=_plan_give_back, name=f"give-back-{plan_id}", daemon=True,
+                            kwargs={"plan_id": plan_id, "holder": holder, "send": send, "reason": reason})
     guarded = fork_guard.acquire(timeout=GIVE_BACK_WAIT_S)  # a sweep on the timer thread ends within moments
     try:
-        done = threading.Thread(target=_plan_give_back, name=f"give-back-{plan_id}", daemon=True,
-                                kwargs={"plan_id": plan_id, "holder": holder, "send": send, "reason": reason})
         done.start()
         done.join(GIVE_BACK_WAIT_S)
     finally:
@@ -123,8 +123,9 @@ def stop_signal_once() -> Iterator[None]:
     on its way out), and holds every later one off: a cold shutdown may send two (`webui.celery.stop_searches_first`
     and Celery's cancel), and billiard's handler leaves the second to kill the process before
     `services.plan_run` has given the plan back. The give-back gets STOP_GIVE_BACK_S; then the process exits
-    (SIGALRM), and its worker's main process takes over (`PlanRequest.on_failure`). Elsewhere (a solo or thread pool, a test) nothing changes: the
-    search runs in the worker's main process, whose SIGTERM is Celery's warm shutdown."""
+    (SIGALRM), and its worker's main process takes over (`PlanRequest.on_failure`). Elsewhere (a solo or thread
+    pool, a test) nothing changes: the search runs in the worker's main process, whose SIGTERM is Celery's warm
+    shutdown."""
     if current_process().name == "MainProcess" or threading.current_thread() is not threading.main_thread():
         yield
         return
