@@ -117,6 +117,7 @@ class LayerTimes:
     fwd: np.ndarray          # one transformer layer (average over dense and MoE layers), forward
     bwd: np.ndarray          # its backward
     attention_fwd: np.ndarray  # the attention core's forward
+    attention_bwd: np.ndarray  # its backward
     logits_fwd: np.ndarray   # output projection + loss, on the last stage
     logits_bwd: np.ndarray
     selective_fwd: np.ndarray  # what selective recomputation repeats in the backward pass
@@ -188,7 +189,8 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: Shard
     shape = np.shape(fwd)
     gemms = tuple(np.broadcast_to(g, shape).copy() for g in (qkv[0], proj[0], mlp_f - down_f, down_f))
     weight_cast = np.broadcast_to(cast if cached else 0.0, shape).copy()
-    return LayerTimes(fwd, bwd, attn_f, logits_f, logits_b, np.broadcast_to(selective, shape).copy(),
+    return LayerTimes(fwd, bwd, attn_f, np.broadcast_to(attn_b, shape).copy(), logits_f, logits_b,
+                      np.broadcast_to(selective, shape).copy(),
                       np.broadcast_to(full, shape).copy(), weight_cast, gemms)
 
 
@@ -253,12 +255,15 @@ def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: S
         rate = gpu.peak_tflops * 1e12 * gpu.sustained_clock * attention_efficiency(gpu, training.attention)
         if training.attention == "triton":
             rate = rate * C.TRITON_FLASH_RELATIVE
-        fwd = flops * _flash_overhead(m.seq_len, shard.cp, training.cp_load_balance) / rate
         # Ring attention launches one attention kernel per step and one softmax-correction kernel (merging the
         # step's partial output by its log-sum-exp) per step after the first (Transformer Engine
         # AttnFuncWithCPAndKVP2P): 2 cp - 1 launches where one kernel runs without CP.
-        fwd = fwd + (2.0 * shard.cp - 1.0) * kernel_s(gpu)
-        return fwd, C.FLASH_BACKWARD_FACTOR * fwd
+        launches = (2.0 * shard.cp - 1.0) * kernel_s(gpu)
+        fwd = flops * _flash_overhead(m.seq_len, shard.cp, training.cp_load_balance, C.FLASH_HALF_LENGTH) / rate
+        # The backward does FLASH_BACKWARD_FACTOR times the forward's work, at its own sweep-length rule.
+        bwd = flops * _flash_overhead(m.seq_len, shard.cp, training.cp_load_balance,
+                                      C.FLASH_BACKWARD_HALF_LENGTH) / rate
+        return fwd + launches, C.FLASH_BACKWARD_FACTOR * (bwd + launches)
     # Unfused (Megatron 2020-21): batched GEMMs QK^T (s_q x s, K = head_dim) and PV (s_q x head_dim, K = s)
     # over micro_batch x heads/tp, plus fused scale-mask-softmax and dropout streaming the s x s scores.
     d = m.head_dim
@@ -283,16 +288,17 @@ def attention_efficiency(gpu: GPUSpec, kernel: str) -> float:
     return gpu.attention_efficiency
 
 
-def _flash_overhead(seq_len: int, cp: np.ndarray, load_balance: bool) -> np.ndarray:
+def _flash_overhead(seq_len: int, cp: np.ndarray, load_balance: bool, half_length: float) -> np.ndarray:
     """Flash attention time over its time at the catalog's attention_efficiency. Each kernel sweeps L = s/cp keys
-    (one ring step's chunk; the whole sequence without CP) and short sweeps amortise a query tile's prologue and
-    epilogue less: 1 + L_half/L (FLASH_HALF_LENGTH), charged as the ratio to the sweep at which the catalog figure
-    holds (FLASH_REFERENCE_LENGTH): at 2K tokens 1.10x the 16K-token time. Without load balancing, contiguous
+    (one ring step's chunk; the whole sequence without CP) and short sweeps amortise a tile's prologue and
+    epilogue less: 1 + L_half/L (`half_length`: FLASH_HALF_LENGTH forward, FLASH_BACKWARD_HALF_LENGTH backward),
+    charged as the ratio to the sweep at which the catalog figure holds (FLASH_REFERENCE_LENGTH): at 2K tokens 1.23x
+    the 16K-token time forward, 1.40x backward. Without load balancing, contiguous
     causal chunks give rank i of cp i + 1/2 chunk-pairs of work, (cp)/2 on average: the last rank, which the others
     wait for, does 2 cp/(cp + 1) of the average (Megatron-Core context parallelism docs; Brandon et al. 2023,
     Striped Attention, sec. 3)."""
     cp = np.asarray(cp, dtype=float)
-    sweep = (1.0 + C.FLASH_HALF_LENGTH / (seq_len / cp)) / (1.0 + C.FLASH_HALF_LENGTH / C.FLASH_REFERENCE_LENGTH)
+    sweep = (1.0 + half_length / (seq_len / cp)) / (1.0 + half_length / C.FLASH_REFERENCE_LENGTH)
     imbalance = 1.0 if load_balance else 2.0 * cp / (cp + 1.0)
     return sweep * imbalance
 

@@ -31,15 +31,22 @@ TRITON_FLASH_RELATIVE = 0.65
 # Causal masking lets flash attention skip half of the s x s square; unfused attention computes all of it.
 CAUSAL_FRACTION = 0.5
 # Flash attention's rate grows with the key length L one kernel sweeps: rate = plateau x L / (L + L_half). The
-# per-query-tile prologue and epilogue (load Q, write O and the log-sum-exp) amortise over the L/B key tiles.
-# Fitted to FlashAttention-3 on H100, head dim 128, batch x seq = 16k (pytorch/benchmark PR 2391: 430, 517,
-# 566, 590, 614, 621 TFLOP/s at 0.5k-16k): L_half = 240 tokens reproduces every point within 1%; the Triton
-# FlashAttention-2 column gives the same ratio (329 of 477 at 512).
-FLASH_HALF_LENGTH = 240
+# per-tile prologue and epilogue (load a Q tile, write O and the log-sum-exp; in the backward, write a K/V tile's
+# dK and dV and add its dQ share) amortise over the L/B tiles swept, and the backward's amortise more slowly.
+# Measured on an H200 (bench/gpu_probe.py, bench/results/gpu_probe_h200.json, 2026-11-27: PyTorch 2.11 SDPA,
+# FlashAttention-2 and cuDNN back ends, causal, head dim 64 and 128, 16K tokens a call, 1K-16K tokens a sequence):
+# one L_half per pass fits all four series, forward 530 tokens (rms 3.8%, worst 11%), backward 1,130 (rms 2.7%,
+# worst 5%); e.g. FlashAttention-2 at head dim 128 runs its backward at 160, 205, 241, 280, 310 TFLOP/s at 1K-16K.
+# FlashAttention-3's forward alone rises faster (pytorch/benchmark PR 2391, H100: 430-621 TFLOP/s at 0.5K-16K,
+# L_half 240), but no training stack in the reference files runs it.
+FLASH_HALF_LENGTH = 530
+FLASH_BACKWARD_HALF_LENGTH = 1130
 # The key length one kernel sweeps at which a GPU's catalog attention_efficiency holds. Each catalog figure is one
 # number read off FlashAttention benchmarks run at 512 to 16K tokens (Dao 2023, fig. 4-6, A100; Shah et al. 2024,
 # fig. 4-6, H100), whose rates rise with the length as above, so one figure holds at one length: a sweep of L keys
-# runs at (1 + L_half / L_REF) / (1 + L_half / L) of it (at 2K tokens 0.91 of the 16K rate). FITTED within [2048,
+# runs at (1 + L_half / L_REF) / (1 + L_half / L) of it (at 2K tokens 0.82 of the 16K rate forward, 0.70 backward;
+# the H200 measured 0.88 and 0.66 for FlashAttention-2 at head dim 128, and its forward and backward together ran at
+# 315 TFLOP/s at 16K, the H100 catalog's 0.32 of 989). FITTED within [2048,
 # 16384], the benchmarks' lengths of 2K and more.
 FLASH_REFERENCE_LENGTH = 16384
 
@@ -188,7 +195,9 @@ HOST_COPY_EFFICIENCY = 0.8
 # training.ep_dispatch_dtype = "fp8" (DeepSeek-V3's own framework, Megatron-Core's ncclep MXFP8 dispatch).
 # 2.16: model.router_groups / router_group_top_k (group-limited routing: a deduplicating dispatch reaches fewer
 # NVLink domains; DeepSeek-V3's 8 groups, 4 a token).
-ENGINE_VERSION = "2.16"
+# 2.17: flash attention's backward reaches half rate at its own, longer sweep (FLASH_BACKWARD_HALF_LENGTH 1,130
+# tokens; the forward's FLASH_HALF_LENGTH 240 -> 530), both measured on an H200 (bench/gpu_probe.py).
+ENGINE_VERSION = "2.17"
 
 
 def as_dict() -> dict[str, float]:

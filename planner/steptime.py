@@ -254,7 +254,7 @@ def _cp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
     hop_bytes = 2.0 * tokens * kv_dim(m) / lay.tp * ACT_BYTES
     hops = (lay.cp - 1) * (3.0 + lay.full_share)
     c = _collective(spec, placement, "cp", "send_recv", hop_bytes, hops * n * micro)
-    hidden = (1.0 + C.FLASH_BACKWARD_FACTOR) * lt.attention_fwd * n * micro
+    hidden = (lt.attention_fwd + lt.attention_bwd) * n * micro
     c.exposed_s = np.maximum(0.0, c.time_s - hidden)
     return c
 

@@ -24,7 +24,8 @@ GROUP_MEDIAN_FLOORS = {  # median |error| per group, measured + ~0.5 point
     # torchtitan's FP8 groups lean fast since engine 2.14's FP8 GEMMs (compute.k_half): 4.7% -> 6.8%, 5.9% -> 7.3%
     "F_llmfoundry_benchmarks": 0.047, "F_fms_fsdp_ibm": 0.062, "F_torchtitan_h100_202412": 0.073,
     "F_torchtitan_perfdoc_2024": 0.035, "F_torchtitan_asynctp_h100_202506": 0.078, "F_torchao_float8_h100": 0.04,
-    "F_pytorch_blog_float8_fsdp2": 0.085, "M_megatron_moe_recipes": 0.093, "M_nemotron4_15b": 0.05,
+    # Nemotron-4's rows at 4K tokens lean slow since engine 2.17's measured backward sweep rule: 4.95% -> 5.33%
+    "F_pytorch_blog_float8_fsdp2": 0.085, "M_megatron_moe_recipes": 0.093, "M_nemotron4_15b": 0.058,
     "M_zero_bubble_pp": 0.052,
 }
 

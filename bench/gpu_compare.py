@@ -1,0 +1,270 @@
+"""The engine beside what bench/gpu_probe.py measured on one real GPU: HBM, kernel launch, GEMMs, the clock under the
+power cap, attention, and whole training steps with their memory.
+
+Run: python bench/gpu_compare.py bench/results/gpu_probe_h200.json [--profile bench/results/gpu_profile_h200.json]
+                                                                   [--json]
+
+Nothing here is fitted: the catalog's constants come from their own public sources (fixtures/gpus.json), and this
+prints how far each lands from one GPU measured here. Microbenchmarks run for seconds at the boost clock, so the
+GEMM and attention rows show the engine both at its catalog `sustained_clock` (a power-capped training job) and at
+1.0 (a short burst); the `sustained` row measures the clock itself.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from planner import compute, parse_spec, plan  # noqa: E402
+from planner.catalog import load_catalog  # noqa: E402
+from planner.spec import GPU_FIELDS, GPUSpec  # noqa: E402
+
+# The catalog part each probed device is (torch's device name -> catalog name).
+DEVICES = {"NVIDIA H200": "H200 SXM 141GB", "NVIDIA H100 80GB HBM3": "H100 SXM5 80GB"}
+FABRIC = "NDR InfiniBand rail-optimized (DGX SuperPOD)"
+
+
+def catalog_gpu(device: str) -> tuple[str, GPUSpec]:
+    name = DEVICES.get(device)
+    if name is None:
+        raise SystemExit(f"gpu_compare: no catalog part is known for the probed device {device!r}; "
+                         f"known: {', '.join(DEVICES)}")
+    return name, GPUSpec(**{**{f.name: f.default for f in GPU_FIELDS}, **load_catalog()["gpu"][name]})
+
+
+def pct(engine: float, measured: float) -> str:
+    return f"{(engine / measured - 1) * 100:+.1f}%"
+
+
+def one_gpu_cluster(gpu_name: str) -> dict:
+    """A cluster of the one probed GPU (the node and fabric carry no traffic)."""
+    return {"num_gpus": 1, "gpu": gpu_name, "fabric": FABRIC,
+            "node": {"name": "one GPU", "gpus": 1, "nvlink_domain_gpus": 1, "nvlink_gbytes_per_s": 900, "nics": 1,
+                     "nic_gbits_per_s": 400}}
+
+
+def step_spec(row: dict, gpu_name: str) -> dict:
+    """The plan spec of one measured training step: its model, batch and kernels, on one GPU, layout pinned."""
+    c = row["config"]
+    llama = c["style"] == "llama"
+    return {
+        "model": {"name": c["name"], "layers": c["layers"], "hidden": c["hidden"], "heads": c["heads"],
+                  "kv_heads": c["kv_heads"], "ffn_hidden": c["ffn_hidden"], "gated_mlp": llama, "vocab": c["vocab"],
+                  "seq_len": c["seq_len"], "tied_embeddings": not llama, "dropout": False},
+        "training": {"global_batch": c["micro_batch"] * c["accumulation"], "precision": "bf16",
+                     "elementwise": "eager", "projections": "separate" if llama else "fused",
+                     "cross_entropy": "eager", "checkpoint_impl": "pytorch",
+                     "attention": "cudnn" if c["attention"] == "CUDNN_ATTENTION" else "flash"},
+        "cluster": one_gpu_cluster(gpu_name),
+        "layout": {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "micro_batch": c["micro_batch"], "vpp": 1,
+                   "recompute": "none", "sequence_parallel": False, "zero": 0},
+    }
+
+
+def compare(probe: dict) -> dict:
+    device = probe["device"]["name"]
+    gpu_name, gpu = catalog_gpu(device)
+    burst = replace(gpu, sustained_clock=1.0)
+    out: dict = {"device": probe["device"], "catalog_gpu": gpu_name, "torch": probe.get("torch"),
+                 "date": probe.get("date")}
+    if "gbytes_per_s_read_plus_write" in probe.get("hbm", {}):
+        measured = probe["hbm"]["gbytes_per_s_read_plus_write"]
+        out["hbm"] = {"measured_gbytes_per_s": measured, "engine_gbytes_per_s": compute.hbm_bytes_per_s(gpu) / 1e9,
+                      "measured_efficiency": measured / gpu.memory_gbytes_per_s,
+                      "catalog_efficiency": gpu.hbm_efficiency}
+    if "us_per_kernel" in probe.get("launch", {}):
+        out["launch"] = {"measured_us": probe["launch"]["us_per_kernel"], "engine_us": gpu.kernel_overhead_us}
+    gemms = []
+    for precision, rows in (probe.get("gemm") or {}).items():
+        for r in rows if isinstance(rows, list) else []:
+            fp8 = precision == "fp8"
+            t_sus = float(compute.gemm_time(r["m"], r["n"], r["k"], gpu, fp8))
+            t_burst = float(compute.gemm_time(r["m"], r["n"], r["k"], burst, fp8))
+            gemms.append({"precision": precision, "name": r["name"], "m": r["m"], "n": r["n"], "k": r["k"],
+                          "measured_tflops": r["tflops"], "engine_tflops_burst": 2 * r["m"] * r["n"] * r["k"] / t_burst / 1e12,
+                          "engine_tflops_sustained": 2 * r["m"] * r["n"] * r["k"] / t_sus / 1e12,
+                          "burst_err": t_burst / r["seconds"] - 1})
+    out["gemm"] = gemms
+    s = probe.get("sustained") or {}
+    square = [r for r in (probe.get("gemm") or {}).get("bf16", []) if r.get("name") == "square"]
+    if "sustained_tflops" in s and square:
+        # The burst: the same product timed 20 times after 3 warm-ups (tens of milliseconds, before the board
+        # reaches its power cap), as mamf-finder's MAMF; the sustained rate: the back-to-back run's second half.
+        burst_rate = square[0]["tflops"]
+        out["sustained"] = {
+            "burst_tflops": burst_rate, "sustained_tflops": s["sustained_tflops"],
+            "rate_ratio": s["sustained_tflops"] / burst_rate, "catalog_sustained_clock": gpu.sustained_clock,
+            "sustained_sm_clock_mhz": s.get("sustained_sm_clock_mhz"), "max_sm_clock_mhz": probe["device"].get(
+                "max_sm_clock_mhz"), "sustained_power_w": s.get("sustained_power_w"),
+            "power_limit_w": probe["device"].get("power_limit_w"),
+            "engine_sustained_tflops": compute.achievable_gemm_flops(gpu) / 1e12, "seconds": s["seconds"]}
+    catalog = load_catalog()
+    attn = []
+    for r in probe.get("attention") or []:
+        if "error" in r:
+            attn.append({**{k: r[k] for k in ("backend", "head_dim", "seq_len")}, "error": r["error"]})
+            continue
+        kernel = "cudnn" if r["backend"] == "CUDNN_ATTENTION" else "flash"
+        # The same attention through the spec parser (defaults from the engine's field tables), on one GPU.
+        spec = parse_spec({
+            "model": {"name": "attention probe", "layers": 1, "hidden": r["heads"] * r["head_dim"],
+                      "heads": r["heads"], "vocab": 1, "seq_len": r["seq_len"], "dropout": False},
+            "training": {"global_batch": r["batch"], "attention": kernel},
+            "cluster": one_gpu_cluster(gpu_name)}, catalog)
+        m, training = spec.model, spec.training
+        shard = compute.Shard(tp=np.array([1.0]), cp=np.array([1.0]), ep=np.array([1.0]),
+                              micro_batch=np.array([float(r["batch"])]), sp=np.array([False]))
+        fwd, bwd = (float(x[0]) for x in compute.attention_times(m, burst, training, shard))
+        measured_bwd = r["fwd_bwd_s"] - r["fwd_s"]
+        attn.append({"backend": r["backend"], "head_dim": r["head_dim"], "seq_len": r["seq_len"],
+                     "measured_fwd_tflops": r["fwd_tflops"], "measured_bwd_tflops": r["bwd_tflops"],
+                     "measured_fwd_bwd_tflops": r["fwd_bwd_tflops"],
+                     "fwd_err_burst": fwd / r["fwd_s"] - 1, "fwd_bwd_err_burst": (fwd + bwd) / r["fwd_bwd_s"] - 1,
+                     "bwd_over_fwd": measured_bwd / r["fwd_s"]})
+    out["attention"] = attn
+    steps = []
+    for r in probe.get("steps") or []:
+        if not isinstance(r, dict) or "step_s" not in r:
+            continue
+        spec = parse_spec(step_spec(r, gpu_name), catalog)
+        answer = plan(spec, top=1)
+        row = {"name": r["config"]["name"], "measured_s": r["step_s"], "sm_clock_mhz": r.get("sm_clock_mhz"),
+               "power_w": r.get("power_w"), "measured_peak_allocated_gib": r.get("peak_allocated_gib"),
+               "measured_peak_reserved_gib": r.get("peak_reserved_gib")}
+        if answer["plans"]:
+            best = answer["plans"][0]
+            row.update({"engine_s": best["step_time_s"], "err": best["step_time_s"] / r["step_s"] - 1,
+                        "engine_memory_gib": best["memory_gib"]["total"], "engine_time_s": best["time_s"]})
+        else:
+            row["engine_rejected"] = answer.get("rejected")
+        steps.append(row)
+    out["steps"] = steps
+    return out
+
+
+def breakdown(probe_step: dict, profiled: dict, gpu_name: str, catalog) -> dict:
+    """Where one step's GPU time went, by kind of kernel (gpu_probe.py's profile of the same configuration), beside
+    the engine's seconds for the same kinds: GEMMs (the layers' and the output layer's, with the layers' launch
+    costs), the attention core, memory-bound work (element-wise chains and the loss) and the optimizer."""
+    spec = parse_spec(step_spec(probe_step, gpu_name), catalog)
+    m, training, gpu = spec.model, spec.training, spec.cluster.gpu
+    c = probe_step["config"]
+    shard = compute.Shard(tp=np.array([1.0]), cp=np.array([1.0]), ep=np.array([1.0]),
+                          micro_batch=np.array([float(c["micro_batch"])]), sp=np.array([False]))
+    passes = m.layers * c["accumulation"]
+    lt = compute.layer_times(m, gpu, training, shard)
+    attn_f, attn_b = compute.attention_times(m, gpu, training, shard)
+    tokens = c["micro_batch"] * m.seq_len
+    elementwise = (1.0 + compute.C.ELEMENTWISE_BACKWARD_FACTOR) * float(
+        compute.elementwise_bytes(m, training, shard)[0]) * tokens / compute.hbm_bytes_per_s(gpu)
+    out_f, out_b = compute.gemm_fwd_bwd(tokens, m.vocab, m.hidden, gpu, False)
+    output_gemm = float(out_f + out_b) * c["accumulation"]
+    logits = float(lt.logits_fwd[0] + lt.logits_bwd[0]) * c["accumulation"]
+    layer = float(lt.fwd[0] + lt.bwd[0]) * passes
+    attention = float(attn_f[0] + attn_b[0]) * passes
+    answer = plan(spec, top=1)["plans"][0]
+    engine = {"gemm": layer - attention - elementwise * passes + output_gemm, "attention": attention,
+              "memory-bound": elementwise * passes + logits - output_gemm,
+              "optimizer": answer["time_s"].get("optimizer", 0.0)}
+    measured = {kind: v["s"] for kind, v in profiled["kinds"].items()}
+    return {"name": c["name"], "engine": engine, "measured": measured}
+
+
+def print_report(c: dict) -> None:
+    d = c["device"]
+    print(f"{d['name']} ({d.get('sm_count')} SMs, {d.get('memory_gib', 0):.0f} GiB, power limit "
+          f"{d.get('power_limit_w')} W, max SM clock {d.get('max_sm_clock_mhz')} MHz, driver {d.get('driver')}), "
+          f"torch {c['torch']}, probed {c['date']}; catalog part: {c['catalog_gpu']}")
+    if "hbm" in c:
+        h = c["hbm"]
+        print(f"\nHBM copy: {h['measured_gbytes_per_s']:.0f} GB/s read+write = {h['measured_efficiency']:.3f} of the "
+              f"datasheet; engine {h['engine_gbytes_per_s']:.0f} GB/s (hbm_efficiency {h['catalog_efficiency']})")
+    if "launch" in c:
+        print(f"Kernel launch from eager Python: {c['launch']['measured_us']:.1f} us per kernel; "
+              f"engine kernel_overhead_us {c['launch']['engine_us']}")
+    if c["gemm"]:
+        print(f"\n{'GEMM':<22} {'m':>6} {'n':>7} {'k':>6} {'measured':>9} {'engine@1.0':>11} {'err':>7} "
+              f"{'engine@sus':>11}   (TFLOP/s)")
+        for g in c["gemm"]:
+            print(f"{g['precision'] + ' ' + g['name']:<22} {g['m']:>6} {g['n']:>7} {g['k']:>6} "
+                  f"{g['measured_tflops']:>9.0f} {g['engine_tflops_burst']:>11.0f} {g['burst_err'] * 100:>+6.1f}% "
+                  f"{g['engine_tflops_sustained']:>11.0f}")
+        print("  err: engine time at the boost clock against the measured time (negative = engine too fast)")
+    if "sustained" in c:
+        s = c["sustained"]
+        print(f"\n8192^3 BF16 back to back for {s['seconds']:.0f} s: {s['sustained_tflops']:.0f} TFLOP/s over its second "
+              f"half, at {s['sustained_sm_clock_mhz']:.0f} MHz (max {s['max_sm_clock_mhz']}) and {s['sustained_power_w']:.0f} W "
+              f"of {s['power_limit_w']:.0f}; {s['rate_ratio']:.3f} of the {s['burst_tflops']:.0f} TFLOP/s burst "
+              f"(catalog sustained_clock {s['catalog_sustained_clock']}); engine {s['engine_sustained_tflops']:.0f} TFLOP/s "
+              f"({pct(s['engine_sustained_tflops'], s['sustained_tflops'])})")
+    if c["attention"]:
+        print(f"\n{'attention':<18} {'d':>4} {'seq':>6} {'fwd':>6} {'bwd':>6} {'f+b':>6} {'bwd/fwd':>8} "
+              f"{'fwd err':>8} {'f+b err':>8}   (TFLOP/s; err = engine at 1.0 clock)")
+        for a in c["attention"]:
+            if "error" in a:
+                print(f"{a['backend']:<18} {a['head_dim']:>4} {a['seq_len']:>6}  {a['error'][:70]}")
+                continue
+            print(f"{a['backend']:<18} {a['head_dim']:>4} {a['seq_len']:>6} {a['measured_fwd_tflops']:>6.0f} "
+                  f"{a['measured_bwd_tflops']:>6.0f} {a['measured_fwd_bwd_tflops']:>6.0f} {a['bwd_over_fwd']:>8.2f} "
+                  f"{a['fwd_err_burst'] * 100:>+7.1f}% {a['fwd_bwd_err_burst'] * 100:>+7.1f}%")
+    if c["steps"]:
+        print(f"\n{'training step (eager PyTorch, 1 GPU)':<58} {'measured':>9} {'engine':>8} {'err':>7} {'MHz':>5} "
+              f"{'W':>4} {'alloc':>6} {'resv':>6} {'engine':>7}")
+        for s in c["steps"]:
+            if "engine_s" not in s:
+                print(f"{s['name']:<58} {s['measured_s']:>9.3f}  rejected: {s.get('engine_rejected')}")
+                continue
+            print(f"{s['name']:<58} {s['measured_s']:>9.3f} {s['engine_s']:>8.3f} {s['err'] * 100:>+6.1f}% "
+                  f"{s.get('sm_clock_mhz') or 0:>5.0f} {s.get('power_w') or 0:>4.0f} "
+                  f"{s.get('measured_peak_allocated_gib') or 0:>6.1f} {s.get('measured_peak_reserved_gib') or 0:>6.1f} "
+                  f"{s['engine_memory_gib']:>7.1f}")
+        for b in c.get("breakdown", []):
+            print(f"  {b['name']}: " + ", ".join(
+                f"{kind} {b['measured'].get(kind, 0):.3f} / {b['engine'][kind]:.3f}"
+                for kind in ("gemm", "attention", "memory-bound", "optimizer")) + "  (profiled / engine, s)")
+        print("  seconds per optimizer step (median of the timed steps); err: the engine against it (negative = engine "
+              "too fast);\n  MHz and W: median SM clock and board power NVML read during the steps; alloc and resv: peak "
+              "GiB allocated and reserved by PyTorch's allocator, against the engine's total")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("probe", help="a JSON file written by bench/gpu_probe.py")
+    ap.add_argument("--profile", help="a JSON file written by bench/gpu_probe.py --only profile: adds each profiled "
+                                      "step's GPU time by kind of kernel beside the engine's")
+    ap.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    args = ap.parse_args(argv)
+    try:
+        probe = json.loads(Path(args.probe).read_text())
+    except (OSError, ValueError) as exc:
+        print(f"gpu_compare: cannot read {args.probe}: {exc}", file=sys.stderr)
+        return 2
+    if probe.get("smoke") or "device" not in probe:
+        print(f"gpu_compare: {args.probe} is a --smoke run (no GPU measured); nothing to compare", file=sys.stderr)
+        return 2
+    result = compare(probe)
+    if args.profile:
+        try:
+            profiled = json.loads(Path(args.profile).read_text())["profile"]
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"gpu_compare: cannot read a profile from {args.profile}: {exc}", file=sys.stderr)
+            return 2
+        steps = {json.dumps(s["config"], sort_keys=True): s for s in probe["steps"]}
+        catalog = load_catalog()
+        result["breakdown"] = [breakdown(steps[key], p, result["catalog_gpu"], catalog) for p in profiled
+                               if (key := json.dumps(p["config"], sort_keys=True)) in steps]
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print_report(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
