@@ -22,6 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner import compute, parse_spec, plan  # noqa: E402
+from planner import constants as C  # noqa: E402
 from planner.catalog import load_catalog  # noqa: E402
 from planner.spec import GPU_FIELDS, GPUSpec  # noqa: E402
 
@@ -40,6 +41,28 @@ def catalog_gpu(device: str) -> tuple[str, GPUSpec]:
 
 def pct(engine: float, measured: float) -> str:
     return f"{(engine / measured - 1) * 100:+.1f}%"
+
+
+def _engine_tflops(r: dict, gpu: GPUSpec, fp8: bool) -> float:
+    return 2 * r["m"] * r["n"] * r["k"] / float(compute.gemm_time(r["m"], r["n"], r["k"], gpu, fp8)) / 1e12
+
+
+def _fused(forward: float) -> tuple[float, float]:
+    return forward, forward * C.ELEMENTWISE_BACKWARD_FACTOR
+
+
+# The bytes per element (forward, backward) the engine counts for each op gpu_probe.py's "eager" part times
+# (compute.elementwise_bytes and constants.py): the eager chains' own constants, and PyTorch's single-kernel
+# LayerNorm, GeLU and residual add as the fused kernels' 2-byte reads and writes.
+ENGINE_BYTES = {
+    "rmsnorm_eager": lambda: _fused(C.EAGER_RMSNORM_BYTES),
+    "layernorm": lambda: _fused(4.0),
+    "residual_add": lambda: _fused(6.0),
+    "rotary_eager": lambda: _fused(C.EAGER_ROTARY_BYTES),
+    "swiglu_eager": lambda: _fused(C.EAGER_SWIGLU_BYTES),
+    "gelu": lambda: _fused(4.0),
+    "cross_entropy_eager": lambda: C.CROSS_ENTROPY_TRAFFIC["eager"],
+}
 
 
 def one_gpu_cluster(gpu_name: str) -> dict:
@@ -87,7 +110,8 @@ def compare(probe: dict) -> dict:
             t_sus = float(compute.gemm_time(r["m"], r["n"], r["k"], gpu, fp8))
             t_burst = float(compute.gemm_time(r["m"], r["n"], r["k"], burst, fp8))
             gemms.append({"precision": precision, "name": r["name"], "m": r["m"], "n": r["n"], "k": r["k"],
-                          "measured_tflops": r["tflops"], "engine_tflops_burst": 2 * r["m"] * r["n"] * r["k"] / t_burst / 1e12,
+                          "measured_tflops": r["tflops"],
+                          "engine_tflops_burst": 2 * r["m"] * r["n"] * r["k"] / t_burst / 1e12,
                           "engine_tflops_sustained": 2 * r["m"] * r["n"] * r["k"] / t_sus / 1e12,
                           "burst_err": t_burst / r["seconds"] - 1})
     out["gemm"] = gemms
@@ -104,6 +128,15 @@ def compare(probe: dict) -> dict:
                 "max_sm_clock_mhz"), "sustained_power_w": s.get("sustained_power_w"),
             "power_limit_w": probe["device"].get("power_limit_w"),
             "engine_sustained_tflops": compute.achievable_gemm_flops(gpu) / 1e12, "seconds": s["seconds"]}
+    out["gemm_k"] = [{**r, "engine_bf16_tflops": _engine_tflops(r, burst, False),
+                      "engine_fp8_tflops": _engine_tflops(r, burst, True) if "fp8_tflops" in r else None}
+                     for r in probe.get("gemm_k") or [] if isinstance(r, dict) and "bf16_tflops" in r]
+    rate = (probe.get("hbm") or {}).get("gbytes_per_s_read_plus_write")
+    out["eager"] = [{"op": r["op"], "width": r["width"],
+                     "measured_bytes": (r["fwd_s"] * rate * 1e9 / r["elements"],
+                                        (r["fwd_bwd_s"] - r["fwd_s"]) * rate * 1e9 / r["elements"]),
+                     "engine_bytes": ENGINE_BYTES[r["op"]]()}
+                    for r in probe.get("eager") or [] if rate and isinstance(r, dict) and r.get("op") in ENGINE_BYTES]
     catalog = load_catalog()
     attn = []
     for r in probe.get("attention") or []:
@@ -161,7 +194,7 @@ def breakdown(probe_step: dict, profiled: dict, gpu_name: str, catalog) -> dict:
     lt = compute.layer_times(m, gpu, training, shard)
     attn_f, attn_b = compute.attention_times(m, gpu, training, shard)
     tokens = c["micro_batch"] * m.seq_len
-    elementwise = (1.0 + compute.C.ELEMENTWISE_BACKWARD_FACTOR) * float(
+    elementwise = (1.0 + C.ELEMENTWISE_BACKWARD_FACTOR) * float(
         compute.elementwise_bytes(m, training, shard)[0]) * tokens / compute.hbm_bytes_per_s(gpu)
     out_f, out_b = compute.gemm_fwd_bwd(tokens, m.vocab, m.hidden, gpu, False)
     output_gemm = float(out_f + out_b) * c["accumulation"]
@@ -198,11 +231,25 @@ def print_report(c: dict) -> None:
         print("  err: engine time at the boost clock against the measured time (negative = engine too fast)")
     if "sustained" in c:
         s = c["sustained"]
-        print(f"\n8192^3 BF16 back to back for {s['seconds']:.0f} s: {s['sustained_tflops']:.0f} TFLOP/s over its second "
-              f"half, at {s['sustained_sm_clock_mhz']:.0f} MHz (max {s['max_sm_clock_mhz']}) and {s['sustained_power_w']:.0f} W "
-              f"of {s['power_limit_w']:.0f}; {s['rate_ratio']:.3f} of the {s['burst_tflops']:.0f} TFLOP/s burst "
-              f"(catalog sustained_clock {s['catalog_sustained_clock']}); engine {s['engine_sustained_tflops']:.0f} TFLOP/s "
+        print(f"\n8192^3 BF16 back to back for {s['seconds']:.0f} s: {s['sustained_tflops']:.0f} TFLOP/s over its "
+              f"second half, at {s['sustained_sm_clock_mhz']:.0f} MHz (max {s['max_sm_clock_mhz']}) and "
+              f"{s['sustained_power_w']:.0f} W of {s['power_limit_w']:.0f}; {s['rate_ratio']:.3f} of the "
+              f"{s['burst_tflops']:.0f} TFLOP/s burst (catalog sustained_clock {s['catalog_sustained_clock']}); engine "
+              f"{s['engine_sustained_tflops']:.0f} TFLOP/s "
               f"({pct(s['engine_sustained_tflops'], s['sustained_tflops'])})")
+    if c["gemm_k"]:
+        print(f"\n{'GEMM by reduction length':<26} {'bf16':>6} {'engine':>7} {'fp8':>6} {'engine':>7}   "
+              f"(TFLOP/s, engine at the boost clock)")
+        for r in c["gemm_k"]:
+            fp8 = (f"{r['fp8_tflops']:>6.0f} {r['engine_fp8_tflops']:>7.0f}" if r.get("engine_fp8_tflops") else "")
+            print(f"  m {r['m']:>6} n {r['n']:>6} k {r['k']:>6} {r['bf16_tflops']:>6.0f} "
+                  f"{r['engine_bf16_tflops']:>7.0f} {fp8}")
+    if c["eager"]:
+        print(f"\n{'memory-bound op':<22} {'width':>7} {'fwd':>6} {'engine':>7} {'bwd':>6} {'engine':>7}   (bytes per "
+              f"element at the measured copy rate)")
+        for r in c["eager"]:
+            (mf, mb), (ef, eb) = r["measured_bytes"], r["engine_bytes"]
+            print(f"  {r['op']:<20} {r['width']:>7} {mf:>6.1f} {ef:>7.1f} {mb:>6.1f} {eb:>7.1f}")
     if c["attention"]:
         print(f"\n{'attention':<18} {'d':>4} {'seq':>6} {'fwd':>6} {'bwd':>6} {'f+b':>6} {'bwd/fwd':>8} "
               f"{'fwd err':>8} {'f+b err':>8}   (TFLOP/s; err = engine at 1.0 clock)")
@@ -229,8 +276,8 @@ def print_report(c: dict) -> None:
                 f"{kind} {b['measured'].get(kind, 0):.3f} / {b['engine'][kind]:.3f}"
                 for kind in ("gemm", "attention", "memory-bound", "optimizer")) + "  (profiled / engine, s)")
         print("  seconds per optimizer step (median of the timed steps); err: the engine against it (negative = engine "
-              "too fast);\n  MHz and W: median SM clock and board power NVML read during the steps; alloc and resv: peak "
-              "GiB allocated and reserved by PyTorch's allocator, against the engine's total")
+              "too fast);\n  MHz and W: median SM clock and board power NVML read during the steps; alloc and resv: "
+              "peak GiB allocated and reserved by PyTorch's allocator, against the engine's total")
 
 
 def main(argv: list[str] | None = None) -> int:

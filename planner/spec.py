@@ -231,7 +231,8 @@ GPU_FIELDS = (
           help="Fixed cost of one kernel: launch, ramp-up and tail."),
     Field("attention_efficiency", float, 0.55, lo=0.05, hi=1.0,
           help="Fraction of the BF16 peak causal flash attention reaches, forward and backward, over a 16K-token "
-               "sequence (FlashAttention-2 on A100 0.55; on H100 0.32); shorter ones run slower (2K: 0.91 of it)."),
+               "sequence (FlashAttention-2 on A100 0.55; on H100 0.32); shorter ones run slower (2K: 0.82 of it "
+               "forward, 0.69 backward)."),
     Field("cudnn_attention_efficiency", float, None, lo=0.05, hi=1.0,
           help="The same for cuDNN fused attention (training.attention = cudnn): H100 0.54 (FlashAttention-3 "
                "class), A100 0.45 (slower than FlashAttention-2 there). Empty: as attention_efficiency."),

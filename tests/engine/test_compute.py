@@ -233,7 +233,8 @@ def test_flash_attention_runs_at_the_catalog_rate_only_at_the_reference_length(h
     assert C.FLASH_REFERENCE_LENGTH == 16384
     assert (C.FLASH_HALF_LENGTH, C.FLASH_BACKWARD_HALF_LENGTH) == (530, 1130)
     assert per_flop(16384) == pytest.approx((1.0, 1.0))
-    assert per_flop(2048) == pytest.approx(((1 + 530 / 2048) / (1 + 530 / 16384), (1 + 1130 / 2048) / (1 + 1130 / 16384)))
+    assert per_flop(2048) == pytest.approx(((1 + 530 / 2048) / (1 + 530 / 16384),
+                                            (1 + 1130 / 2048) / (1 + 1130 / 16384)))
     assert per_flop(2048) == pytest.approx((1.219, 1.452), abs=1e-3)
     assert per_flop(65536) == pytest.approx(((1 + 530 / 65536) / (1 + 530 / 16384),
                                              (1 + 1130 / 65536) / (1 + 1130 / 16384)))

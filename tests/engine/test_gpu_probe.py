@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from planner import constants as C
+
 from bench.gpu_compare import compare, main
 
 PROBE = Path(__file__).resolve().parents[2] / "bench" / "results" / "gpu_probe_h200.json"
@@ -67,3 +69,39 @@ def test_a_smoke_run_is_refused(tmp_path, capsys):
     assert main([str(smoke)]) == 2
     assert "--smoke run" in capsys.readouterr().err
     assert main([str(tmp_path / "missing.json")]) == 2
+
+
+MICRO = PROBE.parent / "gpu_micro_h200.json"
+
+
+@pytest.fixture(scope="module")
+def micro():
+    return compare(json.loads(MICRO.read_text()))
+
+
+def test_the_reduction_length_sweep_reaches_half_rate_far_sooner_than_the_fitted_k_half(micro):
+    """BF16 at M 16,384, N 4,096: 445 TFLOP/s at K = 256 and 778 at K = 8,192. With rate = plateau x K / (K + K_half)
+    the two give K_half = 202 (a least-squares fit over every K: 165-190), where the engine's fitted GEMM_K_HALF
+    makes 664 on this GPU (README, engine 2.17: measured, not adopted)."""
+    from planner.compute import k_half
+    from bench.gpu_compare import catalog_gpu
+
+    rows = {(r["n"], r["k"]): r for r in micro["gemm_k"]}
+    assert len(rows) == 14
+    short, long_ = rows[(4096, 256)]["bf16_tflops"], rows[(4096, 8192)]["bf16_tflops"]
+    assert (short, long_) == (pytest.approx(445, abs=1), pytest.approx(778, abs=1))
+    ratio = short / long_  # = 256 (8192 + K_half) / (8192 (256 + K_half))
+    measured = 256 * 8192 * (1 - ratio) / (8192 * ratio - 256)
+    assert measured == pytest.approx(202, abs=2)
+    assert k_half(catalog_gpu("NVIDIA H200")[1]) == pytest.approx(664, abs=1)
+
+
+def test_eager_element_wise_ops_are_set_beside_the_engines_own_byte_counts(micro):
+    ops = {(r["op"], r["width"]): r for r in micro["eager"]}
+    assert len(ops) == 12
+    rms = ops[("rmsnorm_eager", 4096)]
+    assert rms["engine_bytes"] == (C.EAGER_RMSNORM_BYTES, C.EAGER_RMSNORM_BYTES * C.ELEMENTWISE_BACKWARD_FACTOR)
+    assert rms["measured_bytes"] == (pytest.approx(55.5, abs=0.5), pytest.approx(119.1, abs=0.5))
+    loss = ops[("cross_entropy_eager", 128256)]
+    assert loss["engine_bytes"] == C.CROSS_ENTROPY_TRAFFIC["eager"]
+    assert loss["measured_bytes"] == (pytest.approx(28.3, abs=0.3), pytest.approx(26.7, abs=0.3))
