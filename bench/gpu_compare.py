@@ -139,7 +139,7 @@ def compare(probe: dict) -> dict:
                     for r in probe.get("eager") or [] if rate and isinstance(r, dict) and r.get("op") in ENGINE_BYTES]
     catalog = load_catalog()
     attn = []
-    for r in probe.get("attention") or []:
+    for r in (probe.get("attention") or []) + (probe.get("attention_long") or []):
         if "error" in r:
             attn.append({**{k: r[k] for k in ("backend", "head_dim", "seq_len")}, "error": r["error"]})
             continue

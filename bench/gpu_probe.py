@@ -569,7 +569,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="write the results here as JSON (default: standard output)")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: checks the script, measures nothing")
-    ap.add_argument("--only", default="hbm,launch,gemm,sustained,attention,steps,profile,gemm_k,eager",
+    ap.add_argument("--only", default="hbm,launch,gemm,sustained,attention,steps,profile,gemm_k,eager,attention_long",
                     help="comma-separated parts to run (default: all)")
     args = ap.parse_args()
     parts = set(args.only.split(","))
@@ -618,6 +618,13 @@ def main() -> int:
         part("steps", lambda: [train_step(dev, telemetry, c, 2, 1) for c in small])
     else:
         part("steps", lambda: [train_step(dev, telemetry, c, 6, 2) for c in STEPS])
+    if smoke:
+        part("attention_long", lambda: attention(dev, ["DEFAULT"], [128, 256], [64], 256, 2))
+    else:
+        # Beyond the 16K tokens above (ring attention's chunks at 256K tokens over CP 8 are 32K long): 64K tokens a
+        # call, one sequence of 64K down to eight of 8K.
+        part("attention_long", lambda: attention(dev, ["FLASH_ATTENTION", "CUDNN_ATTENTION"],
+                                                 [8192, 16384, 32768, 65536], [128], 65536, 5))
     if smoke:
         part("gemm_k", lambda: gemm_k_sweep(dev, 256, [128], [64, 128], 2, 0.0))
         part("eager", lambda: eager_ops(dev, 256, [128], 512, [1000], 2))
