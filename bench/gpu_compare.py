@@ -137,6 +137,10 @@ def compare(probe: dict) -> dict:
                                         (r["fwd_bwd_s"] - r["fwd_s"]) * rate * 1e9 / r["elements"]),
                      "engine_bytes": ENGINE_BYTES[r["op"]]()}
                     for r in probe.get("eager") or [] if rate and isinstance(r, dict) and r.get("op") in ENGINE_BYTES]
+    out["duty"] = [{**{k: r.get(k) for k in ("gemm_share", "gemm_tflops", "sm_clock_mhz", "power_w")},
+                    "engine_tflops": compute.achievable_gemm_flops(gpu) / 1e12,
+                    "burst_engine_tflops": compute.achievable_gemm_flops(burst) / 1e12}
+                   for r in probe.get("duty") or [] if isinstance(r, dict) and r.get("gemm_tflops")]
     catalog = load_catalog()
     attn = []
     for r in (probe.get("attention") or []) + (probe.get("attention_long") or []):
@@ -237,6 +241,14 @@ def print_report(c: dict) -> None:
               f"{s['burst_tflops']:.0f} TFLOP/s burst (catalog sustained_clock {s['catalog_sustained_clock']}); engine "
               f"{s['engine_sustained_tflops']:.0f} TFLOP/s "
               f"({pct(s['engine_sustained_tflops'], s['sustained_tflops'])})")
+    if c["duty"]:
+        d0 = c["duty"][0]
+        print(f"\n8192^3 BF16 GEMMs between copies, by their share of the time: TFLOP/s, SM clock, power (the engine "
+              f"counts {d0['engine_tflops']:.0f} at every share, {d0['burst_engine_tflops']:.0f} without the sustained "
+              f"clock)")
+        for r in c["duty"]:
+            print(f"  share {r['gemm_share']:.2f}: {r['gemm_tflops']:>5.0f} TFLOP/s at {r['sm_clock_mhz']:>6.0f} MHz, "
+                  f"{r['power_w']:>4.0f} W")
     if c["gemm_k"]:
         print(f"\n{'GEMM by reduction length':<26} {'bf16':>6} {'engine':>7} {'fp8':>6} {'engine':>7}   "
               f"(TFLOP/s, engine at the boost clock)")

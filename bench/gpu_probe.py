@@ -280,6 +280,48 @@ def sustained(dev, telemetry: Telemetry, size: int, seconds: float) -> dict:
             "sustained_power_w": statistics.median(r.get("power_w", math.nan) for r in last)}
 
 
+def duty(dev, telemetry: Telemetry, fractions: list[float], seconds: float, size: int, copy_gib: float) -> list[dict]:
+    """GEMMs interleaved with memory-bound copies, at a given share of GEMM time: the rate the GEMMs run at and the
+    SM clock and power the board holds under its cap, as the share of tensor-core work falls (a training step mixes
+    GEMMs with element-wise work, attention and collectives). Each share runs `seconds`; GEMM time is read from CUDA
+    events around each block of 8 products, the rest is device-to-device copies of `copy_gib`."""
+    a = torch.randn(size, size, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(size, size, device=dev, dtype=torch.bfloat16)
+    src = torch.empty(int(copy_gib * 2**30), dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    gemm_block = timed(lambda: [a @ b for _ in range(8)], 5)
+    copy_s = timed(lambda: dst.copy_(src), 10)
+    out = []
+    for frac in fractions:
+        copies = round(gemm_block * (1 - frac) / frac / copy_s)
+        gemm_s, blocks = 0.0, 0
+        t_start = time.perf_counter()
+        while time.perf_counter() - t_start < seconds:
+            events = []
+            for _ in range(20):
+                start, end = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) \
+                    if torch.cuda.is_available() else (None, None)
+                if start is not None:
+                    start.record()
+                for _ in range(8):
+                    a @ b
+                if end is not None:
+                    end.record()
+                    events.append((start, end))
+                for _ in range(copies):
+                    dst.copy_(src)
+            sync()
+            gemm_s += sum(s_.elapsed_time(e_) / 1e3 for s_, e_ in events)
+            blocks += 20
+        wall = time.perf_counter() - t_start
+        row = {"gemm_share_asked": frac, "copies_per_block": copies, "blocks": blocks, "wall_s": wall,
+               "gemm_share": gemm_s / wall if gemm_s else None,
+               "gemm_tflops": blocks * 8 * 2 * size ** 3 / gemm_s / 1e12 if gemm_s else None,
+               **telemetry.window(t_start + 1.0, t_start + wall)}
+        out.append(row)
+    return out
+
+
 def attention(dev, backend_names: list[str], lengths: list[int], head_dims: list[int], tokens: int,
               repeats: int) -> list[dict]:
     """Causal SDPA over `tokens` tokens a call (batch = tokens / length), 32 heads (16 at head dim 128 beyond
@@ -569,7 +611,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="write the results here as JSON (default: standard output)")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: checks the script, measures nothing")
-    ap.add_argument("--only", default="hbm,launch,gemm,sustained,attention,steps,profile,gemm_k,eager,attention_long",
+    ap.add_argument("--only", default="hbm,launch,gemm,sustained,attention,steps,profile,gemm_k,eager,attention_long,"
+                                      "duty",
                     help="comma-separated parts to run (default: all)")
     args = ap.parse_args()
     parts = set(args.only.split(","))
@@ -625,6 +668,10 @@ def main() -> int:
         # call, one sequence of 64K down to eight of 8K.
         part("attention_long", lambda: attention(dev, ["FLASH_ATTENTION", "CUDNN_ATTENTION"],
                                                  [8192, 16384, 32768, 65536], [128], 65536, 5))
+    if smoke:
+        part("duty", lambda: duty(dev, telemetry, [1.0, 0.5], 0.5, 128, 0.001))
+    else:
+        part("duty", lambda: duty(dev, telemetry, [1.0, 0.8, 0.6, 0.4, 0.2], 8.0, 8192, 1.0))
     if smoke:
         part("gemm_k", lambda: gemm_k_sweep(dev, 256, [128], [64, 128], 2, 0.0))
         part("eager", lambda: eager_ops(dev, 256, [128], 512, [1000], 2))
