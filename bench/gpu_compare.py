@@ -3,6 +3,8 @@ power cap, attention, and whole training steps with their memory.
 
 Run: python bench/gpu_compare.py bench/results/gpu_probe_h200.json [--profile bench/results/gpu_profile_h200.json]
                                                                    [--json]
+     python bench/gpu_compare.py PROBE.json [PROBE.json ...] --constants [--gpu "CATALOG NAME"]
+                                     (the GPU constants the probes measured, as a custom GPU's fields for a plan spec)
 
 Nothing here is fitted: the catalog's constants come from their own public sources (fixtures/gpus.json), and this
 prints how far each lands from one GPU measured here. Microbenchmarks run for seconds at the boost clock, so the
@@ -31,12 +33,59 @@ DEVICES = {"NVIDIA H200": "H200 SXM 141GB", "NVIDIA H100 80GB HBM3": "H100 SXM5 
 FABRIC = "NDR InfiniBand rail-optimized (DGX SuperPOD)"
 
 
-def catalog_gpu(device: str) -> tuple[str, GPUSpec]:
-    name = DEVICES.get(device)
+def catalog_gpu(device: str, name: str | None = None) -> tuple[str, GPUSpec]:
+    """The catalog part a probed device is: `name` where given (--gpu), else the known part for torch's name."""
+    catalog = load_catalog()["gpu"]
+    name = name or DEVICES.get(device)
     if name is None:
-        raise SystemExit(f"gpu_compare: no catalog part is known for the probed device {device!r}; "
-                         f"known: {', '.join(DEVICES)}")
-    return name, GPUSpec(**{**{f.name: f.default for f in GPU_FIELDS}, **load_catalog()["gpu"][name]})
+        raise SystemExit(f"gpu_compare: no catalog part is known for the probed device {device!r} (known: "
+                         f"{', '.join(DEVICES)}); name one with --gpu")
+    if name not in catalog:
+        raise SystemExit(f"gpu_compare: --gpu: no catalog GPU is named {name!r}; `python -m planner catalog` lists "
+                         f"them")
+    return name, GPUSpec(**{**{f.name: f.default for f in GPU_FIELDS}, **catalog[name]})
+
+
+def merge(probes: list[dict]) -> dict:
+    """One probe from several runs on the same device: each part from the first file that has it."""
+    merged: dict = {}
+    for probe in probes:
+        for key, value in probe.items():
+            merged.setdefault(key, value)
+    return merged
+
+
+def measured_constants(probe: dict, gpu_name: str | None = None) -> dict:
+    """The per-GPU constants of the engine's catalog (fixtures/gpus.json) that the probe measured, in the spec's
+    field names, each beside the catalog's value: GEMM efficiencies from the fastest product of each precision
+    (the MAMF convention), the sustained clock from the back-to-back run over the same product's burst, HBM
+    efficiency from the copy, and the attention efficiencies from each kernel's forward and backward at head dim 128
+    and the engine's reference length (FLASH_REFERENCE_LENGTH)."""
+    name, gpu = catalog_gpu(probe["device"]["name"], gpu_name)
+    gemms = (probe.get("gemm") or {}) if isinstance(probe.get("gemm"), dict) else {}
+    k_rows = [r for r in probe.get("gemm_k") or [] if isinstance(r, dict)]
+    bf16 = [r["tflops"] for r in gemms.get("bf16", [])] + [r["bf16_tflops"] for r in k_rows if "bf16_tflops" in r]
+    fp8 = [r["tflops"] for r in gemms.get("fp8", [])] + [r["fp8_tflops"] for r in k_rows if "fp8_tflops" in r]
+    square = [r["tflops"] for r in gemms.get("bf16", []) if r.get("name") == "square"]
+    sustained = (probe.get("sustained") or {}).get("sustained_tflops")
+    copy = (probe.get("hbm") or {}).get("gbytes_per_s_read_plus_write")
+    attention = {}
+    for r in (probe.get("attention") or []) + (probe.get("attention_long") or []):
+        if "error" not in r and r["head_dim"] == 128 and r["seq_len"] == C.FLASH_REFERENCE_LENGTH:
+            attention.setdefault(r["backend"], r["fwd_bwd_tflops"])
+    measured = {
+        "gemm_efficiency": max(bf16) / gpu.peak_tflops if bf16 else None,
+        "fp8_gemm_efficiency": max(fp8) / gpu.fp8_peak_tflops if fp8 and gpu.fp8_peak_tflops else None,
+        "sustained_clock": sustained / square[0] if sustained and square else None,
+        "hbm_efficiency": copy / gpu.memory_gbytes_per_s if copy else None,
+        "attention_efficiency": (attention["FLASH_ATTENTION"] / gpu.peak_tflops
+                                 if "FLASH_ATTENTION" in attention else None),
+        "cudnn_attention_efficiency": (attention["CUDNN_ATTENTION"] / gpu.peak_tflops
+                                       if "CUDNN_ATTENTION" in attention else None),
+    }
+    return {"catalog_gpu": name, "device": probe["device"]["name"], "date": probe.get("date"),
+            "measured": {k: round(v, 3) for k, v in measured.items() if v is not None},
+            "catalog": {k: getattr(gpu, k) for k, v in measured.items() if v is not None}}
 
 
 def pct(engine: float, measured: float) -> str:
@@ -90,9 +139,9 @@ def step_spec(row: dict, gpu_name: str) -> dict:
     }
 
 
-def compare(probe: dict) -> dict:
+def compare(probe: dict, gpu_name: str | None = None) -> dict:
     device = probe["device"]["name"]
-    gpu_name, gpu = catalog_gpu(device)
+    gpu_name, gpu = catalog_gpu(device, gpu_name)
     burst = replace(gpu, sustained_clock=1.0)
     out: dict = {"device": probe["device"], "catalog_gpu": gpu_name, "torch": probe.get("torch"),
                  "date": probe.get("date")}
@@ -294,20 +343,36 @@ def print_report(c: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("probe", help="a JSON file written by bench/gpu_probe.py")
+    ap.add_argument("probe", nargs="+", help="JSON files written by bench/gpu_probe.py on one device (each part is "
+                                            "taken from the first file that has it)")
     ap.add_argument("--profile", help="a JSON file written by bench/gpu_probe.py --only profile: adds each profiled "
                                       "step's GPU time by kind of kernel beside the engine's")
     ap.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    ap.add_argument("--constants", action="store_true",
+                    help="print the GPU constants the probes measured, as a plan spec's custom GPU fields, beside the "
+                         "catalog's")
+    ap.add_argument("--gpu", help="the catalog GPU the probed device is, where its name is not known to this script")
     args = ap.parse_args(argv)
-    try:
-        probe = json.loads(Path(args.probe).read_text())
-    except (OSError, ValueError) as exc:
-        print(f"gpu_compare: cannot read {args.probe}: {exc}", file=sys.stderr)
+    probes = []
+    for path in args.probe:
+        try:
+            probe = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            print(f"gpu_compare: cannot read {path}: {exc}", file=sys.stderr)
+            return 2
+        if not isinstance(probe, dict) or probe.get("smoke") or "device" not in probe:
+            print(f"gpu_compare: {path} is a --smoke run or no probe (no GPU measured); nothing to compare",
+                  file=sys.stderr)
+            return 2
+        probes.append(probe)
+    if len({p["device"]["name"] for p in probes}) > 1:
+        print("gpu_compare: the probe files come from different devices; give one device's files", file=sys.stderr)
         return 2
-    if probe.get("smoke") or "device" not in probe:
-        print(f"gpu_compare: {args.probe} is a --smoke run (no GPU measured); nothing to compare", file=sys.stderr)
-        return 2
-    result = compare(probe)
+    probe = merge(probes)
+    if args.constants:
+        print(json.dumps(measured_constants(probe, args.gpu), indent=1))
+        return 0
+    result = compare(probe, args.gpu)
     if args.profile:
         try:
             profiled = json.loads(Path(args.profile).read_text())["profile"]

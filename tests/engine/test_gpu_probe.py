@@ -130,3 +130,29 @@ def test_gemms_reach_the_catalogs_burst_rate_only_when_they_are_a_small_share_of
     assert rates == sorted(rates)
     assert rates[0] == pytest.approx(result["duty"][0]["engine_tflops"], rel=0.02)
     assert rates[-1] == pytest.approx(result["duty"][0]["burst_engine_tflops"], rel=0.01)
+
+
+def test_the_constants_measured_on_the_h200_agree_with_the_catalogs_public_sources():
+    """`gpu_compare.py ... --constants` over the three probes: GEMM efficiency 0.786 (catalog 0.803, stas00's
+    MAMF), FP8 0.738 (0.734), sustained clock 0.879 (0.848, MSMF/MAMF with a node's 8 GPUs busy), HBM 0.874 (0.85),
+    FlashAttention-2 0.319 (0.32) and cuDNN 0.53 (0.54): each within 4% of the catalog, which keeps its sources."""
+    from bench.gpu_compare import measured_constants, merge
+
+    probe = merge([json.loads((PROBE.parent / name).read_text())
+                   for name in ("gpu_probe_h200.json", "gpu_micro_h200.json", "gpu_attention_long_h200.json")])
+    constants = measured_constants(probe)
+    assert constants["catalog_gpu"] == "H200 SXM 141GB"
+    assert set(constants["measured"]) == {"gemm_efficiency", "fp8_gemm_efficiency", "sustained_clock",
+                                          "hbm_efficiency", "attention_efficiency", "cudnn_attention_efficiency"}
+    for field, value in constants["measured"].items():
+        assert value == pytest.approx(constants["catalog"][field], rel=0.04), field
+    assert constants["measured"]["gemm_efficiency"] == 0.786
+
+
+def test_probes_of_different_devices_are_not_merged(tmp_path, capsys):
+    other = json.loads(PROBE.read_text())
+    other["device"] = {**other["device"], "name": "NVIDIA H100 80GB HBM3"}
+    path = tmp_path / "h100.json"
+    path.write_text(json.dumps(other))
+    assert main([str(PROBE), str(path), "--constants"]) == 2
+    assert "different devices" in capsys.readouterr().err
