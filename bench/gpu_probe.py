@@ -488,34 +488,46 @@ class Model(nn.Module):
         return F.cross_entropy(logits.float().view(-1, self.c.vocab), labels.view(-1))
 
 
-def train_step(dev, telemetry: Telemetry, c: StepConfig, steps: int, warmup: int) -> dict:
-    """Eager training steps: BF16 weights, fp32 master weights with fused AdamW, `accumulation` micro-batches."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    torch.manual_seed(0)
-    model = Model(c).to(dev, dtype=torch.bfloat16)
-    model.freqs = model.freqs.to(dev)
-    params = [p for p in model.parameters() if p.requires_grad]
-    masters = [p.detach().float().clone() for p in params]
-    fused = torch.cuda.is_available()
-    opt = torch.optim.AdamW(masters, lr=1e-5, fused=fused)
-    n_params = sum(p.numel() for p in params)
-    tokens = torch.randint(0, c.vocab, (c.micro_batch, c.seq_len), device=dev)
-    labels = torch.randint(0, c.vocab, (c.micro_batch, c.seq_len), device=dev)
-    backend = getattr(SDPBackend, c.attention) if torch.cuda.is_available() else SDPBackend.MATH
+class Trainer:
+    """One eager training step of `c`: BF16 weights, fp32 master weights with fused AdamW, `accumulation`
+    micro-batches, attention on the config's SDPA back end."""
 
-    def step():
-        with sdpa_kernel([backend]):
-            for _ in range(c.accumulation):
-                model(tokens, labels).backward()
-        for p, m in zip(params, masters):
+    def __init__(self, dev, c: StepConfig):
+        from torch.nn.attention import SDPBackend
+        torch.manual_seed(0)
+        self.c = c
+        self.model = Model(c).to(dev, dtype=torch.bfloat16)
+        self.model.freqs = self.model.freqs.to(dev)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.masters = [p.detach().float().clone() for p in self.params]
+        self.opt = torch.optim.AdamW(self.masters, lr=1e-5, fused=torch.cuda.is_available())
+        self.tokens = torch.randint(0, c.vocab, (c.micro_batch, c.seq_len), device=dev)
+        self.labels = torch.randint(0, c.vocab, (c.micro_batch, c.seq_len), device=dev)
+        self.backend = getattr(SDPBackend, c.attention) if torch.cuda.is_available() else SDPBackend.MATH
+
+    def step(self):
+        from torch.nn.attention import sdpa_kernel
+        with sdpa_kernel([self.backend]):
+            for _ in range(self.c.accumulation):
+                self.model(self.tokens, self.labels).backward()
+        for p, m in zip(self.params, self.masters):
             m.grad = p.grad.float()
             p.grad = None
-        opt.step()
+        self.opt.step()
         with torch.no_grad():
-            torch._foreach_copy_(params, masters)
-        for m in masters:
+            torch._foreach_copy_(self.params, self.masters)
+        for m in self.masters:
             m.grad = None
 
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.params)
+
+
+def train_step(dev, telemetry: Telemetry, c: StepConfig, steps: int, warmup: int) -> dict:
+    """Timed eager training steps (Trainer), their SM clock and power, and PyTorch's peak memory."""
+    trainer = Trainer(dev, c)
+    step = trainer.step
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     for _ in range(warmup):
@@ -528,12 +540,12 @@ def train_step(dev, telemetry: Telemetry, c: StepConfig, steps: int, warmup: int
         sync()
         times.append(time.perf_counter() - t0)
     t_end = time.perf_counter()
-    row = {"config": asdict(c), "params": n_params, "step_s": statistics.median(times), "step_s_all": times,
+    row = {"config": asdict(c), "params": trainer.n_params, "step_s": statistics.median(times), "step_s_all": times,
            **telemetry.window(t_start, t_end)}
     if torch.cuda.is_available():
         row["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
         row["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
-    del model, params, masters, opt
+    del trainer, step
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return row
@@ -550,29 +562,8 @@ KERNEL_KINDS = (("attention", ("flash", "fmha", "cudnn", "attn")),
 def profile_step(dev, c: StepConfig) -> dict:
     """One training step of `c` under torch.profiler: CUDA kernel time by kind and the 25 longest kernels."""
     from torch.profiler import ProfilerActivity, profile
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    torch.manual_seed(0)
-    model = Model(c).to(dev, dtype=torch.bfloat16)
-    model.freqs = model.freqs.to(dev)
-    params = list(model.parameters())
-    masters = [p.detach().float().clone() for p in params]
-    opt = torch.optim.AdamW(masters, lr=1e-5, fused=torch.cuda.is_available())
-    tokens = torch.randint(0, c.vocab, (c.micro_batch, c.seq_len), device=dev)
-    backend = getattr(SDPBackend, c.attention) if torch.cuda.is_available() else SDPBackend.MATH
-
-    def step():
-        with sdpa_kernel([backend]):
-            for _ in range(c.accumulation):
-                model(tokens, tokens).backward()
-        for p, m in zip(params, masters):
-            m.grad = p.grad.float()
-            p.grad = None
-        opt.step()
-        with torch.no_grad():
-            torch._foreach_copy_(params, masters)
-        for m in masters:
-            m.grad = None
-
+    trainer = Trainer(dev, c)
+    step = trainer.step
     for _ in range(2):
         step()
     sync()
@@ -599,7 +590,7 @@ def profile_step(dev, c: StepConfig) -> dict:
         kernels[name][0] += us
         kernels[name][1] += 1
     top = sorted(kernels.items(), key=lambda kv: -kv[1][0])[:25]
-    del model, params, masters, opt
+    del trainer, step
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return {"config": asdict(c), "profiled_wall_s": wall,
