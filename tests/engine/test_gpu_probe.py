@@ -156,3 +156,14 @@ def test_probes_of_different_devices_are_not_merged(tmp_path, capsys):
     path.write_text(json.dumps(other))
     assert main([str(PROBE), str(path), "--constants"]) == 2
     assert "different devices" in capsys.readouterr().err
+
+
+def test_the_training_steps_reproduce_on_a_second_lease_within_1_percent():
+    """bench/results/gpu_steps_rerun_h200.json: the same four steps on a later lease (a fresh machine), with the
+    probe's step code refactored in between: every step time within 1% of the first run, peak memory equal."""
+    first = json.loads(PROBE.read_text())["steps"]
+    again = json.loads((PROBE.parent / "gpu_steps_rerun_h200.json").read_text())["steps"]
+    assert [s["config"] for s in again] == [s["config"] for s in first]
+    for a, b in zip(first, again):
+        assert b["step_s"] == pytest.approx(a["step_s"], rel=0.011), a["config"]["name"]
+        assert b["peak_allocated_gib"] == pytest.approx(a["peak_allocated_gib"], rel=1e-3)
