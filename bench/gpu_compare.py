@@ -31,6 +31,7 @@ from planner.spec import GPU_FIELDS, GPUSpec  # noqa: E402
 # The catalog part each probed device is (torch's device name -> catalog name).
 DEVICES = {"NVIDIA H200": "H200 SXM 141GB", "NVIDIA H100 80GB HBM3": "H100 SXM5 80GB"}
 FABRIC = "NDR InfiniBand rail-optimized (DGX SuperPOD)"
+ATTENTION_PARTS = ("attention", "attention_long", "attention_short")  # gpu_probe.py's attention sweeps
 
 
 def catalog_gpu(device: str, name: str | None = None) -> tuple[str, GPUSpec]:
@@ -70,7 +71,7 @@ def measured_constants(probe: dict, gpu_name: str | None = None) -> dict:
     sustained = (probe.get("sustained") or {}).get("sustained_tflops")
     copy = (probe.get("hbm") or {}).get("gbytes_per_s_read_plus_write")
     attention = {}
-    for r in (probe.get("attention") or []) + (probe.get("attention_long") or []):
+    for r in [r for part in ATTENTION_PARTS for r in probe.get(part) or []]:
         if "error" not in r and r["head_dim"] == 128 and r["seq_len"] == C.FLASH_REFERENCE_LENGTH:
             attention.setdefault(r["backend"], r["fwd_bwd_tflops"])
     measured = {
@@ -192,7 +193,7 @@ def compare(probe: dict, gpu_name: str | None = None) -> dict:
                    for r in probe.get("duty") or [] if isinstance(r, dict) and r.get("gemm_tflops")]
     catalog = load_catalog()
     attn = []
-    for r in (probe.get("attention") or []) + (probe.get("attention_long") or []):
+    for r in [r for part in ATTENTION_PARTS for r in probe.get(part) or []]:
         if "error" in r:
             attn.append({**{k: r[k] for k in ("backend", "head_dim", "seq_len")}, "error": r["error"]})
             continue

@@ -603,7 +603,7 @@ def main() -> int:
     ap.add_argument("--out", help="write the results here as JSON (default: standard output)")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: checks the script, measures nothing")
     ap.add_argument("--only", default="hbm,launch,gemm,sustained,attention,steps,profile,gemm_k,eager,attention_long,"
-                                      "duty",
+                                      "duty,attention_short",
                     help="comma-separated parts to run (default: all)")
     args = ap.parse_args()
     parts = set(args.only.split(","))
@@ -659,6 +659,12 @@ def main() -> int:
         # call, one sequence of 64K down to eight of 8K.
         part("attention_long", lambda: attention(dev, ["FLASH_ATTENTION", "CUDNN_ATTENTION"],
                                                  [8192, 16384, 32768, 65536], [128], 65536, 5))
+    if smoke:
+        part("attention_short", lambda: attention(dev, ["DEFAULT"], [32, 64], [64], 256, 2))
+    else:
+        # Below the 1K tokens above (llm-foundry's 512-token rows): 16K tokens a call.
+        part("attention_short", lambda: attention(dev, ["FLASH_ATTENTION", "CUDNN_ATTENTION"], [256, 512, 1024, 16384],
+                                                  [128, 64], 16384, 10))
     if smoke:
         part("duty", lambda: duty(dev, telemetry, [1.0, 0.5], 0.5, 128, 0.001))
     else:
