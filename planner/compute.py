@@ -292,10 +292,10 @@ def _flash_overhead(seq_len: int, cp: np.ndarray, load_balance: bool, half_lengt
     """Flash attention time over its time at the catalog's attention_efficiency. Each kernel sweeps L = s/cp keys
     (one ring step's chunk; the whole sequence without CP) and short sweeps amortise a tile's prologue and
     epilogue less: 1 + L_half/L (`half_length`: FLASH_HALF_LENGTH forward, FLASH_BACKWARD_HALF_LENGTH backward),
-    charged as the ratio to the sweep at which the catalog figure holds (FLASH_REFERENCE_LENGTH): at 2K tokens 1.23x
-    the 16K-token time forward, 1.40x backward. Without load balancing, contiguous
-    causal chunks give rank i of cp i + 1/2 chunk-pairs of work, (cp)/2 on average: the last rank, which the others
-    wait for, does 2 cp/(cp + 1) of the average (Megatron-Core context parallelism docs; Brandon et al. 2023,
+    charged as the ratio to the sweep at which the catalog figure holds (FLASH_REFERENCE_LENGTH): at 2K tokens 1.22x
+    the 16K-token time forward, 1.45x backward. Without load balancing, contiguous causal chunks give rank i of cp
+    i + 1/2 chunk-pairs of work, (cp)/2 on average: the last rank, which the others wait for, does 2 cp/(cp + 1) of
+    the average (Megatron-Core context parallelism docs; Brandon et al. 2023,
     Striped Attention, sec. 3)."""
     cp = np.asarray(cp, dtype=float)
     sweep = (1.0 + half_length / (seq_len / cp)) / (1.0 + half_length / C.FLASH_REFERENCE_LENGTH)

@@ -44,10 +44,10 @@ FLASH_BACKWARD_HALF_LENGTH = 1130
 # The key length one kernel sweeps at which a GPU's catalog attention_efficiency holds. Each catalog figure is one
 # number read off FlashAttention benchmarks run at 512 to 16K tokens (Dao 2023, fig. 4-6, A100; Shah et al. 2024,
 # fig. 4-6, H100), whose rates rise with the length as above, so one figure holds at one length: a sweep of L keys
-# runs at (1 + L_half / L_REF) / (1 + L_half / L) of it (at 2K tokens 0.82 of the 16K rate forward, 0.70 backward;
+# runs at (1 + L_half / L_REF) / (1 + L_half / L) of it (at 2K tokens 0.82 of the 16K rate forward, 0.69 backward;
 # the H200 measured 0.88 and 0.66 for FlashAttention-2 at head dim 128, and its forward and backward together ran at
-# 315 TFLOP/s at 16K, the H100 catalog's 0.32 of 989). FITTED within [2048,
-# 16384], the benchmarks' lengths of 2K and more.
+# 315 TFLOP/s at 16K, the H100 catalog's 0.32 of 989). FITTED within [2048, 16384], the benchmarks' lengths of 2K
+# and more.
 FLASH_REFERENCE_LENGTH = 16384
 
 # --- Memory-bound work ----------------------------------------------------------------------------------
