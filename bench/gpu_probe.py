@@ -33,9 +33,12 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
-import torch
-import torch.nn.functional as F
-from torch import nn
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+except ImportError:  # the planner itself never needs PyTorch; only this probe does
+    sys.exit("gpu_probe: needs PyTorch (and a CUDA GPU, or --smoke for the CPU); `pip install torch` first")
 
 SUSTAIN_S = 40.0
 
