@@ -52,8 +52,9 @@ DEEPGEMM = {(4, 8192, 4096, 7168): 1297, (4, 8192, 7168, 2048): 1099, (8, 4096, 
             (8, 4096, 7168, 2048): 1093}
 
 
-def gpu(name: str) -> GPUSpec:
-    return GPUSpec(**{**{f.name: f.default for f in GPU_FIELDS}, **load_catalog()["gpu"][name]})
+def gpu(name: str, catalog=None) -> GPUSpec:
+    """The catalog GPU `name`, its empty fields at the spec's defaults (`catalog`: one already loaded)."""
+    return GPUSpec(**{**{f.name: f.default for f in GPU_FIELDS}, **(catalog or load_catalog())["gpu"][name]})
 
 
 def layer_ms(g: GPUSpec, fp8: bool, cast_bytes: float = 0.0) -> float:

@@ -23,10 +23,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.gemm_check import gpu as catalog_gpu_spec  # noqa: E402
 from planner import compute, parse_spec, plan  # noqa: E402
 from planner import constants as C  # noqa: E402
 from planner.catalog import load_catalog  # noqa: E402
-from planner.spec import GPU_FIELDS, GPUSpec  # noqa: E402
+from planner.spec import GPUSpec  # noqa: E402
 
 # The catalog part each probed device is (torch's device name -> catalog name).
 DEVICES = {"NVIDIA H200": "H200 SXM 141GB", "NVIDIA H100 80GB HBM3": "H100 SXM5 80GB"}
@@ -34,17 +35,32 @@ FABRIC = "NDR InfiniBand rail-optimized (DGX SuperPOD)"
 ATTENTION_PARTS = ("attention", "attention_long", "attention_short")  # gpu_probe.py's attention sweeps
 
 
-def catalog_gpu(device: str, name: str | None = None) -> tuple[str, GPUSpec]:
-    """The catalog part a probed device is: `name` where given (--gpu), else the known part for torch's name."""
-    catalog = load_catalog()["gpu"]
+def catalog_gpu(device: str, name: str | None = None, catalog=None) -> tuple[str, GPUSpec]:
+    """The catalog part a probed device is: `name` where given (--gpu), else the known part for torch's name
+    (`catalog`: one already loaded)."""
+    catalog = catalog or load_catalog()
     name = name or DEVICES.get(device)
     if name is None:
         raise SystemExit(f"gpu_compare: no catalog part is known for the probed device {device!r} (known: "
                          f"{', '.join(DEVICES)}); name one with --gpu")
-    if name not in catalog:
+    if name not in catalog["gpu"]:
         raise SystemExit(f"gpu_compare: --gpu: no catalog GPU is named {name!r}; `python -m planner catalog` lists "
                          f"them")
-    return name, GPUSpec(**{**{f.name: f.default for f in GPU_FIELDS}, **catalog[name]})
+    return name, catalog_gpu_spec(name, catalog)
+
+
+def one_gpu_shard(micro_batch: int) -> compute.Shard:
+    """compute's split of a layer's work for one candidate on one GPU: no TP, CP, EP or sequence parallelism."""
+    return compute.Shard(tp=np.array([1.0]), cp=np.array([1.0]), ep=np.array([1.0]),
+                         micro_batch=np.array([float(micro_batch)]), sp=np.array([False]))
+
+
+def square_tflops(probe: dict) -> float | None:
+    """The rate of the probe's short burst of 8192^3 BF16 products (gemm part, "square"), if it has one."""
+    gemm = probe.get("gemm")
+    square = [r["tflops"] for r in (gemm.get("bf16", []) if isinstance(gemm, dict) else [])
+              if r.get("name") == "square"]
+    return square[0] if square else None
 
 
 def merge(probes: list[dict]) -> dict:
@@ -67,7 +83,7 @@ def measured_constants(probe: dict, gpu_name: str | None = None) -> dict:
     k_rows = [r for r in probe.get("gemm_k") or [] if isinstance(r, dict)]
     bf16 = [r["tflops"] for r in gemms.get("bf16", [])] + [r["bf16_tflops"] for r in k_rows if "bf16_tflops" in r]
     fp8 = [r["tflops"] for r in gemms.get("fp8", [])] + [r["fp8_tflops"] for r in k_rows if "fp8_tflops" in r]
-    square = [r["tflops"] for r in gemms.get("bf16", []) if r.get("name") == "square"]
+    square = square_tflops(probe)
     sustained = (probe.get("sustained") or {}).get("sustained_tflops")
     copy = (probe.get("hbm") or {}).get("gbytes_per_s_read_plus_write")
     attention = {}
@@ -77,7 +93,7 @@ def measured_constants(probe: dict, gpu_name: str | None = None) -> dict:
     measured = {
         "gemm_efficiency": max(bf16) / gpu.peak_tflops if bf16 else None,
         "fp8_gemm_efficiency": max(fp8) / gpu.fp8_peak_tflops if fp8 and gpu.fp8_peak_tflops else None,
-        "sustained_clock": sustained / square[0] if sustained and square else None,
+        "sustained_clock": sustained / square if sustained and square else None,
         "hbm_efficiency": copy / gpu.memory_gbytes_per_s if copy else None,
         "attention_efficiency": (attention["FLASH_ATTENTION"] / gpu.peak_tflops
                                  if "FLASH_ATTENTION" in attention else None),
@@ -105,13 +121,13 @@ def _fused(forward: float) -> tuple[float, float]:
 # (compute.elementwise_bytes and constants.py): the eager chains' own constants, and PyTorch's single-kernel
 # LayerNorm, GeLU and residual add as the fused kernels' 2-byte reads and writes.
 ENGINE_BYTES = {
-    "rmsnorm_eager": lambda: _fused(C.EAGER_RMSNORM_BYTES),
-    "layernorm": lambda: _fused(4.0),
-    "residual_add": lambda: _fused(6.0),
-    "rotary_eager": lambda: _fused(C.EAGER_ROTARY_BYTES),
-    "swiglu_eager": lambda: _fused(C.EAGER_SWIGLU_BYTES),
-    "gelu": lambda: _fused(4.0),
-    "cross_entropy_eager": lambda: C.CROSS_ENTROPY_TRAFFIC["eager"],
+    "rmsnorm_eager": _fused(C.EAGER_RMSNORM_BYTES),
+    "layernorm": _fused(4.0),
+    "residual_add": _fused(6.0),
+    "rotary_eager": _fused(C.EAGER_ROTARY_BYTES),
+    "swiglu_eager": _fused(C.EAGER_SWIGLU_BYTES),
+    "gelu": _fused(4.0),
+    "cross_entropy_eager": C.CROSS_ENTROPY_TRAFFIC["eager"],
 }
 
 
@@ -141,9 +157,10 @@ def step_spec(row: dict, gpu_name: str) -> dict:
 
 
 def compare(probe: dict, gpu_name: str | None = None) -> dict:
-    device = probe["device"]["name"]
-    gpu_name, gpu = catalog_gpu(device, gpu_name)
+    catalog = load_catalog()
+    gpu_name, gpu = catalog_gpu(probe["device"]["name"], gpu_name, catalog)
     burst = replace(gpu, sustained_clock=1.0)
+    sustained_rate, burst_rate = (compute.achievable_gemm_flops(g) / 1e12 for g in (gpu, burst))
     out: dict = {"device": probe["device"], "catalog_gpu": gpu_name, "torch": probe.get("torch"),
                  "date": probe.get("date")}
     if "gbytes_per_s_read_plus_write" in probe.get("hbm", {}):
@@ -157,27 +174,25 @@ def compare(probe: dict, gpu_name: str | None = None) -> dict:
     for precision, rows in (probe.get("gemm") or {}).items():
         for r in rows if isinstance(rows, list) else []:
             fp8 = precision == "fp8"
-            t_sus = float(compute.gemm_time(r["m"], r["n"], r["k"], gpu, fp8))
-            t_burst = float(compute.gemm_time(r["m"], r["n"], r["k"], burst, fp8))
+            engine_burst = _engine_tflops(r, burst, fp8)
             gemms.append({"precision": precision, "name": r["name"], "m": r["m"], "n": r["n"], "k": r["k"],
-                          "measured_tflops": r["tflops"],
-                          "engine_tflops_burst": 2 * r["m"] * r["n"] * r["k"] / t_burst / 1e12,
-                          "engine_tflops_sustained": 2 * r["m"] * r["n"] * r["k"] / t_sus / 1e12,
-                          "burst_err": t_burst / r["seconds"] - 1})
+                          "measured_tflops": r["tflops"], "engine_tflops_burst": engine_burst,
+                          "engine_tflops_sustained": _engine_tflops(r, gpu, fp8),
+                          # engine time over measured time: the same FLOPs at each rate
+                          "burst_err": r["tflops"] / engine_burst - 1})
     out["gemm"] = gemms
     s = probe.get("sustained") or {}
-    square = [r for r in (probe.get("gemm") or {}).get("bf16", []) if r.get("name") == "square"]
+    square = square_tflops(probe)
     if "sustained_tflops" in s and square:
         # The burst: the same product timed 20 times after 3 warm-ups (tens of milliseconds, before the board
         # reaches its power cap), as mamf-finder's MAMF; the sustained rate: the back-to-back run's second half.
-        burst_rate = square[0]["tflops"]
         out["sustained"] = {
-            "burst_tflops": burst_rate, "sustained_tflops": s["sustained_tflops"],
-            "rate_ratio": s["sustained_tflops"] / burst_rate, "catalog_sustained_clock": gpu.sustained_clock,
+            "burst_tflops": square, "sustained_tflops": s["sustained_tflops"],
+            "rate_ratio": s["sustained_tflops"] / square, "catalog_sustained_clock": gpu.sustained_clock,
             "sustained_sm_clock_mhz": s.get("sustained_sm_clock_mhz"), "max_sm_clock_mhz": probe["device"].get(
                 "max_sm_clock_mhz"), "sustained_power_w": s.get("sustained_power_w"),
             "power_limit_w": probe["device"].get("power_limit_w"),
-            "engine_sustained_tflops": compute.achievable_gemm_flops(gpu) / 1e12, "seconds": s["seconds"]}
+            "engine_sustained_tflops": sustained_rate, "seconds": s["seconds"]}
     out["gemm_k"] = [{**r, "engine_bf16_tflops": _engine_tflops(r, burst, False),
                       "engine_fp8_tflops": _engine_tflops(r, burst, True) if "fp8_tflops" in r else None}
                      for r in probe.get("gemm_k") or [] if isinstance(r, dict) and "bf16_tflops" in r]
@@ -185,13 +200,11 @@ def compare(probe: dict, gpu_name: str | None = None) -> dict:
     out["eager"] = [{"op": r["op"], "width": r["width"],
                      "measured_bytes": (r["fwd_s"] * rate * 1e9 / r["elements"],
                                         (r["fwd_bwd_s"] - r["fwd_s"]) * rate * 1e9 / r["elements"]),
-                     "engine_bytes": ENGINE_BYTES[r["op"]]()}
+                     "engine_bytes": ENGINE_BYTES[r["op"]]}
                     for r in probe.get("eager") or [] if rate and isinstance(r, dict) and r.get("op") in ENGINE_BYTES]
     out["duty"] = [{**{k: r.get(k) for k in ("gemm_share", "gemm_tflops", "sm_clock_mhz", "power_w")},
-                    "engine_tflops": compute.achievable_gemm_flops(gpu) / 1e12,
-                    "burst_engine_tflops": compute.achievable_gemm_flops(burst) / 1e12}
+                    "engine_tflops": sustained_rate, "burst_engine_tflops": burst_rate}
                    for r in probe.get("duty") or [] if isinstance(r, dict) and r.get("gemm_tflops")]
-    catalog = load_catalog()
     attn = []
     for r in [r for part in ATTENTION_PARTS for r in probe.get(part) or []]:
         if "error" in r:
@@ -204,10 +217,8 @@ def compare(probe: dict, gpu_name: str | None = None) -> dict:
                       "heads": r["heads"], "vocab": 1, "seq_len": r["seq_len"], "dropout": False},
             "training": {"global_batch": r["batch"], "attention": kernel},
             "cluster": one_gpu_cluster(gpu_name)}, catalog)
-        m, training = spec.model, spec.training
-        shard = compute.Shard(tp=np.array([1.0]), cp=np.array([1.0]), ep=np.array([1.0]),
-                              micro_batch=np.array([float(r["batch"])]), sp=np.array([False]))
-        fwd, bwd = (float(x[0]) for x in compute.attention_times(m, burst, training, shard))
+        fwd, bwd = (float(x[0]) for x in compute.attention_times(spec.model, burst, spec.training,
+                                                                   one_gpu_shard(r["batch"])))
         measured_bwd = r["fwd_bwd_s"] - r["fwd_s"]
         attn.append({"backend": r["backend"], "head_dim": r["head_dim"], "seq_len": r["seq_len"],
                      "measured_fwd_tflops": r["fwd_tflops"], "measured_bwd_tflops": r["bwd_tflops"],
@@ -242,8 +253,7 @@ def breakdown(probe_step: dict, profiled: dict, gpu_name: str, catalog) -> dict:
     spec = parse_spec(step_spec(probe_step, gpu_name), catalog)
     m, training, gpu = spec.model, spec.training, spec.cluster.gpu
     c = probe_step["config"]
-    shard = compute.Shard(tp=np.array([1.0]), cp=np.array([1.0]), ep=np.array([1.0]),
-                          micro_batch=np.array([float(c["micro_batch"])]), sp=np.array([False]))
+    shard = one_gpu_shard(c["micro_batch"])
     passes = m.layers * c["accumulation"]
     lt = compute.layer_times(m, gpu, training, shard)
     attn_f, attn_b = compute.attention_times(m, gpu, training, shard)

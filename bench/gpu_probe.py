@@ -24,6 +24,7 @@ What it measures, each timed with CUDA events (median of the timed repeats, afte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import platform
@@ -346,7 +347,7 @@ def attention(dev, backend_names: list[str], lengths: list[int], head_dims: list
                 fwd_flops = 4 * b * heads * s * s * d * 0.5
                 row = {"backend": backend_name, "head_dim": d, "heads": heads, "seq_len": s, "batch": b}
                 try:
-                    ctx = sdpa_kernel([backend]) if backend is not None else _null()
+                    ctx = sdpa_kernel([backend]) if backend is not None else contextlib.nullcontext()
                     with ctx:
                         def fwd():
                             with torch.no_grad():
@@ -364,14 +365,6 @@ def attention(dev, backend_names: list[str], lengths: list[int], head_dims: list
                 out.append(row)
                 del q, k, v, grad
     return out
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 # --- whole training steps ---------------------------------------------------------------------------------------
