@@ -202,6 +202,7 @@ def compare(probe: dict, gpu_name: str | None = None) -> dict:
                                         (r["fwd_bwd_s"] - r["fwd_s"]) * rate * 1e9 / r["elements"]),
                      "engine_bytes": ENGINE_BYTES[r["op"]]}
                     for r in probe.get("eager") or [] if rate and isinstance(r, dict) and r.get("op") in ENGINE_BYTES]
+    out["fp8_cast"] = fp8_casts(probe.get("fp8_cast") or {}, rate)
     out["duty"] = [{**{k: r.get(k) for k in ("gemm_share", "gemm_tflops", "sm_clock_mhz", "power_w")},
                     "engine_tflops": sustained_rate, "burst_engine_tflops": burst_rate}
                    for r in probe.get("duty") or [] if isinstance(r, dict) and r.get("gemm_tflops")]
@@ -243,6 +244,45 @@ def compare(probe: dict, gpu_name: str | None = None) -> dict:
             row["engine_rejected"] = answer.get("rejected")
         steps.append(row)
     out["steps"] = steps
+    return out
+
+
+# What the engine charges per GEMM-input element for each cast gpu_probe.py's fp8_cast part times (compute.
+# elementwise_bytes): in a fused stack (here: compiled) a cast costs FP8_CAST_BYTES_FUSED beyond its producer; a stored tensor's whole-tensor cast with its transposed copy FP8_CAST_BYTES; rowwise's column-wise
+# cast FP8_ROWWISE_EXTRA_BYTES beyond the transposed copy (1 byte) it replaces.
+ENGINE_CAST_BYTES = {"produce+tensorwise+transposed": C.FP8_CAST_BYTES_FUSED,
+                     "produce+given_scale+transposed": C.FP8_CAST_BYTES_FUSED,
+                     "produce+rowwise": C.FP8_CAST_BYTES_FUSED,
+                     "stored:tensorwise+transposed": C.FP8_CAST_BYTES,
+                     "stored:colwise+transposed": C.FP8_ROWWISE_EXTRA_BYTES + 1.0,
+                     "stored:grad_e5m2+transposed": C.FP8_CAST_BYTES}
+REFERENCE_CAST = "stored:tensorwise+transposed"
+
+
+def fp8_casts(part: dict, rate: float | None) -> list[dict]:
+    """Each timed cast in HBM bytes per element at the measured copy rate (beyond its producer for the produce+
+    variants), and the same scaled so that the stored whole-tensor cast of the same producer's output is the engine's
+    FP8_CAST_BYTES: element-wise kernels run below the copy rate, so the engine's byte counts compare with the
+    second figure."""
+    out = []
+    for mode, rows in part.items():
+        if not rate or not isinstance(rows, list):
+            continue
+        by = {(r["producer"], r["width"], r["variant"]): r for r in rows if isinstance(r, dict) and "seconds" in r}
+        for (producer, width, variant), r in by.items():
+            if variant not in ENGINE_CAST_BYTES:
+                continue
+            base = by.get((producer, width, "produce")) if variant.startswith("produce+") else None
+            ref = by.get((producer, width, REFERENCE_CAST))
+            if variant.startswith("produce+") and base is None or ref is None:
+                continue
+            seconds = r["seconds"] - (base["seconds"] if base else 0.0)
+            measured = seconds * rate * 1e9 / r["elements"]
+            out.append({"mode": mode, "producer": producer, "width": width, "variant": variant,
+                        "measured_bytes": measured,
+                        "scaled_bytes": seconds / ref["seconds"] * C.FP8_CAST_BYTES,
+                        # without compilation the engine counts every cast whole (elementwise "eager")
+                        "engine_bytes": C.FP8_CAST_BYTES if mode == "eager" and base else ENGINE_CAST_BYTES[variant]})
     return out
 
 
@@ -322,6 +362,13 @@ def print_report(c: dict) -> None:
         for r in c["eager"]:
             (mf, mb), (ef, eb) = r["measured_bytes"], r["engine_bytes"]
             print(f"  {r['op']:<20} {r['width']:>7} {mf:>6.1f} {ef:>7.1f} {mb:>6.1f} {eb:>7.1f}")
+    if c["fp8_cast"]:
+        print(f"\n{'FP8 cast':<8} {'producer':<8} {'width':>6} {'variant':<31} {'measured':>8} {'scaled':>7} "
+              f"{'engine':>7}   (bytes per element: at the copy rate, and scaled so that the stored whole-tensor "
+              f"cast is {C.FP8_CAST_BYTES:g})")
+        for r in c["fp8_cast"]:
+            print(f"{r['mode']:<8} {r['producer']:<8} {r['width']:>6} {r['variant']:<31} {r['measured_bytes']:>8.1f} "
+                  f"{r['scaled_bytes']:>7.1f} {r['engine_bytes']:>7.1f}")
     if c["attention"]:
         print(f"\n{'attention':<18} {'d':>4} {'seq':>6} {'fwd':>6} {'bwd':>6} {'f+b':>6} {'bwd/fwd':>8} "
               f"{'fwd err':>8} {'f+b err':>8}   (TFLOP/s; err = engine at 1.0 clock)")

@@ -17,6 +17,9 @@ What it measures, each timed with CUDA events (median of the timed repeats, afte
 - attention: causal SDPA, FlashAttention-2 and cuDNN back ends, head dim 128 (and 64), 16,384 tokens a call, at
   1K-16K tokens per sequence, forward and forward+backward (the engine's attention_efficiency and its sweep-length
   rule).
+- fp8_cast: casting an RMSNorm's and a SwiGLU's output to FP8 (per-tensor dynamic or given scale, per row, per
+  column, an e5m2 gradient), with and without the transposed copy, under torch.compile and eagerly (the engine's
+  FP8_CAST_BYTES, FP8_CAST_BYTES_FUSED and FP8_ROWWISE_EXTRA_BYTES).
 - steps: whole eager-PyTorch training steps of Llama- and MPT-shaped models on this one GPU (BF16 weights, fp32
   master weights and AdamW state, no recomputation), seconds per step and peak memory; the configuration of each is
   written into the results so the engine can be given the same plan.
@@ -254,6 +257,98 @@ def eager_ops(dev, tokens: int, widths: list[int], ffn: int, vocabs: list[int], 
         labels = torch.randint(0, v, (tokens,), device=dev)
         run("cross_entropy_eager", v, tokens * v, lambda: (leaf(tokens, v),),
             lambda logits: F.cross_entropy(logits.float(), labels))
+    return out
+
+
+# FP8 formats' largest finite values (OCP FP8 spec): e4m3 for activations and weights, e5m2 for gradients.
+E4M3_MAX, E5M2_MAX = 448.0, 57344.0
+
+
+def _amax_scale(y, fmax: float, dim=None):
+    """Dynamic scale: fmax over the absolute maximum, of the whole tensor (dim None) or along `dim`."""
+    amax = y.abs().amax() if dim is None else y.abs().amax(dim=dim, keepdim=True)
+    return fmax / amax.float().clamp(min=1e-12)
+
+
+def _quantise(y, scale, fp8_dtype, fmax: float):
+    return (y.float() * scale).clamp(-fmax, fmax).to(fp8_dtype)
+
+
+def _rmsnorm_fn(x, w):
+    """torchtitan's RMSNorm as a function (fp32 inside, cast back, times the weight)."""
+    y = x.float()
+    return (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)).type_as(x) * w
+
+
+def fp8_cast(dev, tokens: int, widths: list[int], ffn: int, repeats: int, compiled: bool) -> list[dict]:
+    """What casting a GEMM input to FP8 costs beside the kernel that produces it, in HBM bytes per element at the
+    copy rate hbm() measures (the engine's FP8_CAST_BYTES / FP8_CAST_BYTES_FUSED, per GEMM-input element).
+
+    Producers: RMSNorm over [tokens, h] (the QKV and MLP-up inputs) and SwiGLU over [tokens, ffn] (the down
+    projection's input), each timed alone and with its cast; a stored bf16 tensor (an attention or GEMM output, or a
+    saved input cast again in the backward) cast on its own. Casts: dynamic per-tensor scaling (the scale is the
+    tensor's amax, known only after a pass over it: torchao tensorwise, Transformer Engine current scaling), with and
+    without the transposed copy the weight-gradient GEMM reads; a scale given in advance (Transformer Engine's
+    delayed scaling, both layouts written in one pass); per-row scaling (torchao rowwise: the row's amax, then along
+    the other axis for the backward). Each variant runs under torch.compile when `compiled` (one graph per
+    variant, so producer and cast may fuse as in torchtitan's compiled blocks), else eagerly."""
+    e4m3 = torch.float8_e4m3fn
+
+    def tensorwise(y):
+        return _quantise(y, _amax_scale(y, E4M3_MAX), e4m3, E4M3_MAX)
+
+    def tensorwise_t(y):
+        y8 = tensorwise(y)
+        return y8, y8.t().contiguous()
+
+    def given(y, s):
+        y8 = _quantise(y, s, e4m3, E4M3_MAX)
+        return y8, y8.t().contiguous()
+
+    def rowwise(y):
+        return _quantise(y, _amax_scale(y, E4M3_MAX, -1), e4m3, E4M3_MAX)
+
+    def colwise_t(y):  # rowwise's second quantisation, along the tokens, written in the layout the GEMM reads
+        return _quantise(y, _amax_scale(y, E4M3_MAX, 0), e4m3, E4M3_MAX).t().contiguous()
+
+    def grad_t(g):  # a gradient's cast: e5m2, both layouts
+        g8 = _quantise(g, _amax_scale(g, E5M2_MAX), torch.float8_e5m2, E5M2_MAX)
+        return g8, g8.t().contiguous()
+
+    variants = {
+        "produce": lambda p, s: p(),
+        "produce+tensorwise": lambda p, s: (lambda y: (y, tensorwise(y)))(p()),
+        "produce+tensorwise+transposed": lambda p, s: (lambda y: (y, *tensorwise_t(y)))(p()),
+        "produce+given_scale+transposed": lambda p, s: (lambda y: (y, *given(y, s)))(p()),
+        "produce+rowwise": lambda p, s: (lambda y: (y, rowwise(y)))(p()),
+        "stored:tensorwise+transposed": lambda p, s: tensorwise_t(p()),
+        "stored:colwise+transposed": lambda p, s: colwise_t(p()),
+        "stored:grad_e5m2+transposed": lambda p, s: grad_t(p()),
+    }
+    out = []
+    scale = torch.tensor(1.0, device=dev)
+    for producer, width in [("rmsnorm", w) for w in widths] + [("swiglu", ffn)]:
+        if producer == "rmsnorm":
+            x, w = torch.randn(tokens, width, device=dev, dtype=torch.bfloat16), torch.ones(width, device=dev,
+                                                                                             dtype=torch.bfloat16)
+            produce = lambda x=x, w=w: _rmsnorm_fn(x, w)  # noqa: E731
+        else:
+            g, u = (torch.randn(tokens, width, device=dev, dtype=torch.bfloat16) for _ in range(2))
+            produce = lambda g=g, u=u: F.silu(g) * u  # noqa: E731
+        stored = produce()
+        for name, fn in variants.items():
+            source = (lambda s=stored: s) if name.startswith("stored:") else produce
+            call = (lambda fn=fn, source=source: fn(source, scale))
+            if compiled:
+                # A fresh compilation for each variant: the variants share this lambda's code, and Dynamo would
+                # otherwise stop recompiling it after its recompile limit and run the rest eagerly, silently.
+                torch._dynamo.reset()
+                call = torch.compile(call, dynamic=False, fullgraph=True)
+            with torch.no_grad():
+                s = timed(call, repeats, warmup=3)
+            out.append({"producer": producer, "width": width, "elements": tokens * width, "variant": name,
+                        "compiled": compiled, "seconds": s})
+        del stored
     return out
 
 
@@ -599,7 +694,7 @@ def main() -> int:
     ap.add_argument("--out", help="write the results here as JSON (default: standard output)")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: checks the script, measures nothing")
     ap.add_argument("--only", default="hbm,launch,gemm,sustained,attention,steps,profile,gemm_k,eager,attention_long,"
-                                      "duty,attention_short",
+                                      "duty,attention_short,fp8_cast",
                     help="comma-separated parts to run (default: all)")
     args = ap.parse_args()
     parts = set(args.only.split(","))
@@ -672,6 +767,12 @@ def main() -> int:
         part("gemm_k", lambda: gemm_k_sweep(dev, 16384, [4096, 8192], [256, 512, 1024, 2048, 4096, 8192, 16384], 20,
                                             0.3))
         part("eager", lambda: eager_ops(dev, 16384, [2048, 4096], 14336, [50368, 128256], 10))
+    if smoke:
+        part("fp8_cast", lambda: {"compiled": fp8_cast(dev, 64, [128], 256, 2, True),
+                                  "eager": fp8_cast(dev, 64, [128], 256, 2, False)})
+    else:
+        part("fp8_cast", lambda: {"compiled": fp8_cast(dev, 16384, [4096], 14336, 20, True),
+                                  "eager": fp8_cast(dev, 16384, [4096], 14336, 20, False)})
     if smoke:
         part("profile", lambda: [profile_step(dev, c) for c in small])
     else:

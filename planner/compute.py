@@ -355,8 +355,10 @@ def elementwise_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> np.
         if training.fp8_recipe in ("rowwise", "blockwise"):
             # Per-row or per-block scales along the reduction axis: the backward GEMMs reduce along the other
             # axis, so each input is scanned and cast again along it instead of reusing a transposed copy (torchao
-            # float8 rowwise; Transformer Engine MXFP8, whose 32-element blocks run along K).
-            cast = cast + C.FP8_ROWWISE_EXTRA_BYTES
+            # float8 rowwise: a column scan, then the cast; Transformer Engine MXFP8, whose 32-element blocks run
+            # along K: one pass).
+            cast = cast + (C.FP8_ROWWISE_EXTRA_BYTES if training.fp8_recipe == "rowwise"
+                           else C.FP8_BLOCKWISE_EXTRA_BYTES)
         if training.fp8_recipe != "rowwise":
             # Tensorwise and block scales let sequence parallelism cast each rank's shard once, before the all-gather
             # (steptime._tp_comm; torchao's PrepareFloat8ModuleInput hands every linear the gathered FP8 input);

@@ -81,9 +81,16 @@ EAGER_SWIGLU_BYTES = 10.0
 # (Transformer Engine / torchao float8 with dynamic or delayed per-tensor scaling; Micikevicius et al. 2022).
 FP8_CAST_BYTES = 6.0
 FP8_CAST_BYTES_FUSED = 2.0   # the FP8 copy and its transpose; scan and cast fused into the producing kernel
-# Rowwise scaling's second quantisation of each GEMM input along the other axis: read 2 (scan and cast in one
-# pass), write 1, instead of a transposed copy (torchao float8 rowwise recipe).
-FP8_ROWWISE_EXTRA_BYTES = 2.0
+# Rowwise scaling's second quantisation of each GEMM input along the other axis, for the backward (torchao float8
+# rowwise recipe): that axis's scale is a column's amax over all the tokens, known only after a pass over the input
+# (read 2), then the cast pass (read 2, write 1) replaces the transposed copy (write 1): 4 bytes. Measured on an H200
+# under torch.compile (bench/results/gpu_fp8_cast_h200.json): the column-wise cast with its transposed layout takes
+# 0.90 and 0.96 of the time of a whole-tensor cast (FP8_CAST_BYTES, 6 bytes) of the same input, i.e. 5.4-5.8
+# bytes, 4.4-4.8 beyond the transposed copy. Engine 2.17 and earlier counted 2, as if scan and cast fused.
+FP8_ROWWISE_EXTRA_BYTES = 4.0
+# Block scaling's second quantisation (Transformer Engine MXFP8: 32-element blocks; 1x128 blocks): each block's
+# scale is local, so one pass scans and casts it: read 2, write 1, instead of a transposed copy.
+FP8_BLOCKWISE_EXTRA_BYTES = 2.0
 # Rowwise scaling's backward GEMMs (accumulated at full precision) run as tensorwise cuBLAS GEMMs whose 16-bit
 # output a separate kernel then multiplies by the row and column scales (pytorch/ao #1325: the CUTLASS rowwise
 # kernel is too slow without fast accumulation; #2184: one extra kernel per GEMM, reading and writing its output):
@@ -197,7 +204,10 @@ HOST_COPY_EFFICIENCY = 0.8
 # NVLink domains; DeepSeek-V3's 8 groups, 4 a token).
 # 2.17: flash attention's backward reaches half rate at its own, longer sweep (FLASH_BACKWARD_HALF_LENGTH 1,130
 # tokens; the forward's FLASH_HALF_LENGTH 240 -> 530), both measured on an H200 (bench/gpu_probe.py).
-ENGINE_VERSION = "2.17"
+# 2.18: rowwise FP8's second quantisation costs a column scan before its cast (FP8_ROWWISE_EXTRA_BYTES 2 -> 4,
+# measured on an H200 by bench/gpu_probe.py --only fp8_cast); block scaling keeps its one pass
+# (FP8_BLOCKWISE_EXTRA_BYTES).
+ENGINE_VERSION = "2.18"
 
 
 def as_dict() -> dict[str, float]:

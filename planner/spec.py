@@ -101,8 +101,8 @@ TRAINING_FIELDS = (
                "torchtitan async TP); off = synchronous, the Megatron default."),
     Field("fp8_recipe", str, "tensorwise", choices=FP8_RECIPES,
           help="With fp8: tensorwise (one scale per tensor: Transformer Engine delayed scaling, torchao tensorwise), "
-               "rowwise (torchao: one per row; each input quantised again along the other axis for the backward, "
-               "whose GEMMs rescale their outputs in a separate kernel) or blockwise (Transformer Engine MXFP8 and "
+               "rowwise (torchao: one per row; for the backward each input is scanned by column and quantised again "
+               "along that axis, and the backward GEMMs rescale their outputs in a separate kernel) or blockwise (Transformer Engine MXFP8 and "
                "1x128 block scaling: each input quantised along both axes, scales applied inside the GEMMs)."),
     Field("fp8_param_gather", bool, False,
           help="With fp8: gather parameters in FP8, 1 byte each (FSDP2 float8 all-gather, Megatron "

@@ -238,6 +238,26 @@ def test_rowwise_fp8_casts_every_input_again_along_the_other_axis(catalog):
     assert rowwise - tensorwise == pytest.approx(C.FP8_ROWWISE_EXTRA_BYTES * (3 * h + f))
 
 
+def test_rowwise_second_cast_scans_its_columns_first_where_block_scales_cast_in_one_pass(catalog):
+    """torchao rowwise's other-axis scale is a column amax over every token (a scan, then the cast: 4 bytes an
+    element beyond the transposed copy it replaces); MXFP8's 32-element blocks are local (one pass: 2 bytes)."""
+    import numpy as np
+
+    from planner import constants as C
+    from planner.compute import Shard, elementwise_bytes
+    shard = Shard(*(np.array([v]) for v in (1, 1, 1, 1, False)))
+    spec = lambda **t: parse_spec(llama_8b_fsdp(catalog, 8, precision="fp8", elementwise="fused", **t),  # noqa: E731
+                                  catalog)
+    tensorwise, rowwise, blockwise = (elementwise_bytes(s.model, s.training, shard)[0] for s in
+                                      (spec(), spec(fp8_recipe="rowwise"), spec(fp8_recipe="blockwise")))
+    assert (C.FP8_ROWWISE_EXTRA_BYTES, C.FP8_BLOCKWISE_EXTRA_BYTES) == (4.0, 2.0)
+    # Per token of a Llama 3 8B layer with fused projections: the QKV, gate/up and output-projection inputs (h
+    # each) and the down projection's (f).
+    h, f = 4096, 14336
+    assert blockwise - tensorwise == pytest.approx(2.0 * (3 * h + f))
+    assert rowwise - tensorwise == pytest.approx(4.0 * (3 * h + f))
+
+
 def test_separate_fp8_linears_cast_their_shared_input_each_unless_sequence_parallelism_cast_it_once(catalog):
     import numpy as np
 
