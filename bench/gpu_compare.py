@@ -248,8 +248,9 @@ def compare(probe: dict, gpu_name: str | None = None) -> dict:
 
 
 # What the engine charges per GEMM-input element for each cast gpu_probe.py's fp8_cast part times (compute.
-# elementwise_bytes): in a fused stack (here: compiled) a cast costs FP8_CAST_BYTES_FUSED beyond its producer; a stored tensor's whole-tensor cast with its transposed copy FP8_CAST_BYTES; rowwise's column-wise
-# cast FP8_ROWWISE_EXTRA_BYTES beyond the transposed copy (1 byte) it replaces.
+# elementwise_bytes): in a fused stack (here: compiled) a cast costs FP8_CAST_BYTES_FUSED beyond its producer; a
+# stored tensor's whole-tensor cast with its transposed copy FP8_CAST_BYTES; rowwise's column-wise cast
+# FP8_ROWWISE_EXTRA_BYTES beyond the transposed copy (1 byte) it replaces.
 ENGINE_CAST_BYTES = {"produce+tensorwise+transposed": C.FP8_CAST_BYTES_FUSED,
                      "produce+given_scale+transposed": C.FP8_CAST_BYTES_FUSED,
                      "produce+rowwise": C.FP8_CAST_BYTES_FUSED,

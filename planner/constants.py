@@ -83,10 +83,11 @@ FP8_CAST_BYTES = 6.0
 FP8_CAST_BYTES_FUSED = 2.0   # the FP8 copy and its transpose; scan and cast fused into the producing kernel
 # Rowwise scaling's second quantisation of each GEMM input along the other axis, for the backward (torchao float8
 # rowwise recipe): that axis's scale is a column's amax over all the tokens, known only after a pass over the input
-# (read 2), then the cast pass (read 2, write 1) replaces the transposed copy (write 1): 4 bytes. Measured on an H200
-# under torch.compile (bench/results/gpu_fp8_cast_h200.json): the column-wise cast with its transposed layout takes
-# 0.90 and 0.96 of the time of a whole-tensor cast (FP8_CAST_BYTES, 6 bytes) of the same input, i.e. 5.4-5.8
-# bytes, 4.4-4.8 beyond the transposed copy. Engine 2.17 and earlier counted 2, as if scan and cast fused.
+# (read 2), then the cast pass (read 2, write 1) replaces the transposed copy (write 1): 4 bytes. Measured under
+# torch.compile (bench/gpu_probe.py --only fp8_cast): the column-wise cast with its transposed layout takes 0.90 and
+# 0.96 of the time of a whole-tensor cast (FP8_CAST_BYTES, 6 bytes) of the same RMSNorm and SwiGLU outputs on an
+# H200 (bench/results/gpu_fp8_cast_h200.json), 0.75 and 1.0 on an H100 (gpu_micro_h100.json): 4.5-6.0 bytes,
+# 3.5-5.0 beyond the transposed copy. Engine 2.17 and earlier counted 2, as if scan and cast fused.
 FP8_ROWWISE_EXTRA_BYTES = 4.0
 # Block scaling's second quantisation (Transformer Engine MXFP8: 32-element blocks; 1x128 blocks): each block's
 # scale is local, so one pass scans and casts it: read 2, write 1, instead of a transposed copy.
