@@ -17,6 +17,7 @@ What it measures, each timed with CUDA events (median of the timed repeats, afte
 - attention: causal SDPA, FlashAttention-2 and cuDNN back ends, head dim 128 (and 64), 16,384 tokens a call, at
   1K-16K tokens per sequence, forward and forward+backward (the engine's attention_efficiency and its sweep-length
   rule).
+- fp8_shared: whether torch.compile casts an input three FP8 linears share (wq, wk, wv) once or three times.
 - fp8_cast: casting an RMSNorm's and a SwiGLU's output to FP8 (per-tensor dynamic or given scale, per row, per
   column, an e5m2 gradient), with and without the transposed copy, under torch.compile and eagerly (the engine's
   FP8_CAST_BYTES, FP8_CAST_BYTES_FUSED and FP8_ROWWISE_EXTRA_BYTES).
@@ -349,6 +350,35 @@ def fp8_cast(dev, tokens: int, widths: list[int], ffn: int, repeats: int, compil
             out.append({"producer": producer, "width": width, "elements": tokens * width, "variant": name,
                         "compiled": compiled, "seconds": s})
         del stored
+    return out
+
+
+def fp8_shared(dev, tokens: int, width: int, repeats: int) -> dict:
+    """Whether torch.compile casts an input that several FP8 linears share once or once per linear: an RMSNorm
+    output cast (dynamic per-tensor scale, with its transposed copy) by one linear, and the same cast written out
+    three times as wq, wk and wv each do in torchao's Float8Linear, in one compiled graph and eagerly. The engine
+    counts one cast per linear for separate projections (compute.elementwise_bytes, `per_linear`); equal compiled
+    times would mean the compiler computes it once. Forward only, without autograd."""
+    e4m3 = torch.float8_e4m3fn
+
+    def cast(y):
+        y8 = _quantise(y, _amax_scale(y, E4M3_MAX), e4m3, E4M3_MAX)
+        return y8, y8.t().contiguous()
+
+    x = torch.randn(tokens, width, device=dev, dtype=torch.bfloat16)
+    w = torch.ones(width, device=dev, dtype=torch.bfloat16)
+    variants = {"norm": lambda: _rmsnorm_fn(x, w),
+                "norm+1_cast": lambda: (lambda y: (y, *cast(y)))(_rmsnorm_fn(x, w)),
+                "norm+3_casts": lambda: (lambda y: (y, *cast(y), *cast(y), *cast(y)))(_rmsnorm_fn(x, w))}
+    out: dict = {"tokens": tokens, "width": width}
+    for compiled in (True, False):
+        for name, fn in variants.items():
+            call = fn
+            if compiled:
+                torch._dynamo.reset()  # a fresh graph per variant (see fp8_cast)
+                call = torch.compile(fn, dynamic=False, fullgraph=True)
+            with torch.no_grad():
+                out[f"{'compiled' if compiled else 'eager'}:{name}_s"] = timed(call, repeats, warmup=3)
     return out
 
 
@@ -694,7 +724,7 @@ def main() -> int:
     ap.add_argument("--out", help="write the results here as JSON (default: standard output)")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: checks the script, measures nothing")
     ap.add_argument("--only", default="hbm,launch,gemm,sustained,attention,steps,profile,gemm_k,eager,attention_long,"
-                                      "duty,attention_short,fp8_cast",
+                                      "duty,attention_short,fp8_cast,fp8_shared",
                     help="comma-separated parts to run (default: all)")
     args = ap.parse_args()
     parts = set(args.only.split(","))
@@ -773,6 +803,7 @@ def main() -> int:
     else:
         part("fp8_cast", lambda: {"compiled": fp8_cast(dev, 16384, [4096], 14336, 20, True),
                                   "eager": fp8_cast(dev, 16384, [4096], 14336, 20, False)})
+    part("fp8_shared", lambda: fp8_shared(dev, 64 if smoke else 16384, 128 if smoke else 4096, 2 if smoke else 20))
     if smoke:
         part("profile", lambda: [profile_step(dev, c) for c in small])
     else:

@@ -208,7 +208,7 @@ def test_dynamic_tensorwise_casts_do_not_fuse_into_their_producer_as_the_engine_
     """Measured, not adopted (README, engine 2.18): a per-tensor scale taken from the tensor's own amax needs a pass
     over the producer's output before the cast can start, so under torch.compile the cast costs 5.0-5.2 bytes beyond
     an RMSNorm or SwiGLU, not the engine's fused 2. Charging 6 moves torchtitan's TP-1 FP8 rows from +1.7-3.3% to
-    +8.6-10.3% slow while its TP-8 rows improve; the engine keeps 2 until the two are told apart."""
+    +8.6-10.3% slow while its TP-8 rows improve; the engine keeps 2 until that difference is explained."""
     c = compare(json.loads((PROBE.parent / "gpu_fp8_cast_h200.json").read_text()))
     for r in c["fp8_cast"]:
         if r["mode"] == "compiled" and r["variant"] == "produce+tensorwise+transposed":
