@@ -275,7 +275,7 @@ def fp8_casts(part: dict, rate: float | None) -> list[dict]:
                 continue
             base = by.get((producer, width, "produce")) if variant.startswith("produce+") else None
             ref = by.get((producer, width, REFERENCE_CAST))
-            if variant.startswith("produce+") and base is None or ref is None:
+            if (variant.startswith("produce+") and base is None) or ref is None:
                 continue
             seconds = r["seconds"] - (base["seconds"] if base else 0.0)
             measured = seconds * rate * 1e9 / r["elements"]

@@ -275,6 +275,19 @@ def _quantise(y, scale, fp8_dtype, fmax: float):
     return (y.float() * scale).clamp(-fmax, fmax).to(fp8_dtype)
 
 
+def _cast_both_layouts(y, fp8_dtype=torch.float8_e4m3fn, fmax: float = E4M3_MAX):
+    """Whole-tensor dynamic cast and its transposed copy (the layout the weight-gradient GEMM reads)."""
+    y8 = _quantise(y, _amax_scale(y, fmax), fp8_dtype, fmax)
+    return y8, y8.t().contiguous()
+
+
+def _compiled(fn):
+    """fn under torch.compile, in a graph of its own: the probes' variants share lambda code, and Dynamo would
+    otherwise stop recompiling it after its recompile limit and run the rest eagerly, silently."""
+    torch._dynamo.reset()
+    return torch.compile(fn, dynamic=False, fullgraph=True)
+
+
 def _rmsnorm_fn(x, w):
     """torchtitan's RMSNorm as a function (fp32 inside, cast back, times the weight)."""
     y = x.float()
@@ -298,10 +311,6 @@ def fp8_cast(dev, tokens: int, widths: list[int], ffn: int, repeats: int, compil
     def tensorwise(y):
         return _quantise(y, _amax_scale(y, E4M3_MAX), e4m3, E4M3_MAX)
 
-    def tensorwise_t(y):
-        y8 = tensorwise(y)
-        return y8, y8.t().contiguous()
-
     def given(y, s):
         y8 = _quantise(y, s, e4m3, E4M3_MAX)
         return y8, y8.t().contiguous()
@@ -312,19 +321,15 @@ def fp8_cast(dev, tokens: int, widths: list[int], ffn: int, repeats: int, compil
     def colwise_t(y):  # rowwise's second quantisation, along the tokens, written in the layout the GEMM reads
         return _quantise(y, _amax_scale(y, E4M3_MAX, 0), e4m3, E4M3_MAX).t().contiguous()
 
-    def grad_t(g):  # a gradient's cast: e5m2, both layouts
-        g8 = _quantise(g, _amax_scale(g, E5M2_MAX), torch.float8_e5m2, E5M2_MAX)
-        return g8, g8.t().contiguous()
-
     variants = {
         "produce": lambda p, s: p(),
         "produce+tensorwise": lambda p, s: (lambda y: (y, tensorwise(y)))(p()),
-        "produce+tensorwise+transposed": lambda p, s: (lambda y: (y, *tensorwise_t(y)))(p()),
+        "produce+tensorwise+transposed": lambda p, s: (lambda y: (y, *_cast_both_layouts(y)))(p()),
         "produce+given_scale+transposed": lambda p, s: (lambda y: (y, *given(y, s)))(p()),
         "produce+rowwise": lambda p, s: (lambda y: (y, rowwise(y)))(p()),
-        "stored:tensorwise+transposed": lambda p, s: tensorwise_t(p()),
+        "stored:tensorwise+transposed": lambda p, s: _cast_both_layouts(p()),
         "stored:colwise+transposed": lambda p, s: colwise_t(p()),
-        "stored:grad_e5m2+transposed": lambda p, s: grad_t(p()),
+        "stored:grad_e5m2+transposed": lambda p, s: _cast_both_layouts(p(), torch.float8_e5m2, E5M2_MAX),
     }
     out = []
     scale = torch.tensor(1.0, device=dev)
@@ -341,10 +346,7 @@ def fp8_cast(dev, tokens: int, widths: list[int], ffn: int, repeats: int, compil
             source = (lambda s=stored: s) if name.startswith("stored:") else produce
             call = (lambda fn=fn, source=source: fn(source, scale))
             if compiled:
-                # A fresh compilation for each variant: the variants share this lambda's code, and Dynamo would
-                # otherwise stop recompiling it after its recompile limit and run the rest eagerly, silently.
-                torch._dynamo.reset()
-                call = torch.compile(call, dynamic=False, fullgraph=True)
+                call = _compiled(call)
             with torch.no_grad():
                 s = timed(call, repeats, warmup=3)
             out.append({"producer": producer, "width": width, "elements": tokens * width, "variant": name,
@@ -359,12 +361,7 @@ def fp8_shared(dev, tokens: int, width: int, repeats: int) -> dict:
     three times as wq, wk and wv each do in torchao's Float8Linear, in one compiled graph and eagerly. The engine
     counts one cast per linear for separate projections (compute.elementwise_bytes, `per_linear`); equal compiled
     times would mean the compiler computes it once. Forward only, without autograd."""
-    e4m3 = torch.float8_e4m3fn
-
-    def cast(y):
-        y8 = _quantise(y, _amax_scale(y, E4M3_MAX), e4m3, E4M3_MAX)
-        return y8, y8.t().contiguous()
-
+    cast = _cast_both_layouts
     x = torch.randn(tokens, width, device=dev, dtype=torch.bfloat16)
     w = torch.ones(width, device=dev, dtype=torch.bfloat16)
     variants = {"norm": lambda: _rmsnorm_fn(x, w),
@@ -373,10 +370,7 @@ def fp8_shared(dev, tokens: int, width: int, repeats: int) -> dict:
     out: dict = {"tokens": tokens, "width": width}
     for compiled in (True, False):
         for name, fn in variants.items():
-            call = fn
-            if compiled:
-                torch._dynamo.reset()  # a fresh graph per variant (see fp8_cast)
-                call = torch.compile(fn, dynamic=False, fullgraph=True)
+            call = _compiled(fn) if compiled else fn
             with torch.no_grad():
                 out[f"{'compiled' if compiled else 'eager'}:{name}_s"] = timed(call, repeats, warmup=3)
     return out

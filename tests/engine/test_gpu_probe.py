@@ -4,6 +4,7 @@ these figures except the two flash-attention sweep lengths (test_compute.py), so
 constants and the step model from outside the reference files."""
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -14,6 +15,12 @@ from planner import constants as C
 from bench.gpu_compare import compare, main
 
 PROBE = Path(__file__).resolve().parents[2] / "bench" / "results" / "gpu_probe_h200.json"
+
+
+@functools.lru_cache(maxsize=None)
+def compared(name: str) -> dict:
+    """bench/gpu_compare.py's comparison of one results file, computed once per test session (tests only read it)."""
+    return compare(json.loads((PROBE.parent / name).read_text()))
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +120,7 @@ def test_the_attention_rule_holds_beyond_the_16k_reference_where_it_was_not_fitt
     at 16K, 32K and 64K, cuDNN at 529, 544 and 544; the engine (at the boost clock, as the microbenchmark runs) comes
     within 2.5% of every one, so ring attention's 32K chunks at 256K tokens over CP 8 are not where those runs'
     errors come from."""
-    result = compare(json.loads((PROBE.parent / "gpu_attention_long_h200.json").read_text()))
+    result = compared("gpu_attention_long_h200.json")
     rows = result["attention"]
     assert [r["seq_len"] for r in rows] == [8192, 16384, 32768, 65536] * 2
     assert max(abs(r["fwd_bwd_err_burst"]) for r in rows) < 0.025
@@ -124,7 +131,7 @@ def test_gemms_reach_the_catalogs_burst_rate_only_when_they_are_a_small_share_of
     TFLOP/s at 1,470 MHz and the 700 W cap (the catalog's sustained 673, +1.5%); at 62% of the time 707; at 39% and
     19% 789 and 794 at 1,920-1,965 MHz, the catalog's burst rate (989 x 0.803 = 794). The engine counts 673 at
     every share (README, engine 2.17: measured, not adopted)."""
-    result = compare(json.loads((PROBE.parent / "gpu_duty_h200.json").read_text()))
+    result = compared("gpu_duty_h200.json")
     rates = [r["gemm_tflops"] for r in result["duty"]]
     assert [round(r["gemm_share"], 1) for r in result["duty"]] == [1.0, 0.8, 0.6, 0.4, 0.2]
     assert rates == sorted(rates)
@@ -191,7 +198,7 @@ def test_rowwise_fp8s_column_wise_cast_costs_what_the_engine_now_counts():
     every token, then the cast) costs 5.4-5.8 bytes an element on the scale where the stored whole-tensor cast is the
     engine's 6: the engine's 4 beyond the transposed copy it replaces (5) is within 15%, where 2.17's 2 (3) was 44-48%
     short. The row-wise cast fused into its producer costs 1.0-2.2 against the engine's 2."""
-    c = compare(json.loads((PROBE.parent / "gpu_fp8_cast_h200.json").read_text()))
+    c = compared("gpu_fp8_cast_h200.json")
     rows = {(r["mode"], r["producer"], r["variant"]): r for r in c["fp8_cast"]}
     assert len(rows) == 24
     for producer in ("rmsnorm", "swiglu"):
@@ -209,7 +216,7 @@ def test_dynamic_tensorwise_casts_do_not_fuse_into_their_producer_as_the_engine_
     over the producer's output before the cast can start, so under torch.compile the cast costs 5.0-5.2 bytes beyond
     an RMSNorm or SwiGLU, not the engine's fused 2. Charging 6 moves torchtitan's TP-1 FP8 rows from +1.7-3.3% to
     +8.6-10.3% slow while its TP-8 rows improve; the engine keeps 2 until that difference is explained."""
-    c = compare(json.loads((PROBE.parent / "gpu_fp8_cast_h200.json").read_text()))
+    c = compared("gpu_fp8_cast_h200.json")
     for r in c["fp8_cast"]:
         if r["mode"] == "compiled" and r["variant"] == "produce+tensorwise+transposed":
             assert r["engine_bytes"] == C.FP8_CAST_BYTES_FUSED == 2.0
@@ -237,11 +244,11 @@ def test_the_h100s_power_capped_gemm_rate_and_long_attention_match_the_engine():
     """8192^3 BF16 for 40 s on the H100: 667 TFLOP/s at 1,342 MHz and 698 W, the engine's 673 (+1.0%). Causal
     FlashAttention-2 and cuDNN at head dim 128 from 8K to 64K tokens, forward+backward: within 2.8% of the engine at
     the boost clock (FLASH_HALF_LENGTH and FLASH_BACKWARD_HALF_LENGTH were set on the H200)."""
-    c = compare(json.loads((PROBE.parent / "gpu_probe_h100.json").read_text()))
+    c = compared("gpu_probe_h100.json")
     s = c["sustained"]
     assert s["sustained_tflops"] == pytest.approx(667, abs=1)
     assert s["engine_sustained_tflops"] / s["sustained_tflops"] - 1 == pytest.approx(0.010, abs=0.003)
-    long = compare(json.loads((PROBE.parent / "gpu_micro_h100.json").read_text()))["attention"]
+    long = compared("gpu_micro_h100.json")["attention"]
     rows = [a for a in long if a["head_dim"] == 128 and a["seq_len"] >= 8192]
     assert len(rows) == 10
     assert all(abs(a["fwd_bwd_err_burst"]) < 0.028 for a in rows), rows
@@ -251,7 +258,7 @@ def test_head_dim_64_attention_runs_slower_than_the_engine_counts_on_the_h100():
     """Measured, not modelled (README): the engine gives attention one rate per kernel whatever the head dim; on the
     H100 head dim 64 runs at 0.87-0.89 (FlashAttention-2) and 0.80-0.82 (cuDNN) of head dim 128's rate at 16K
     tokens, so the engine is 11-22% fast there."""
-    c = compare(json.loads((PROBE.parent / "gpu_probe_h100.json").read_text()))
+    c = compared("gpu_probe_h100.json")
     at16k = {(a["backend"], a["head_dim"]): a for a in c["attention"] if a["seq_len"] == 16384}
     flash = at16k[("FLASH_ATTENTION", 64)]["measured_fwd_bwd_tflops"] / at16k[("FLASH_ATTENTION", 128)][
         "measured_fwd_bwd_tflops"]
@@ -265,7 +272,7 @@ def test_head_dim_64_attention_runs_slower_than_the_engine_counts_on_the_h100():
 def test_the_column_wise_cast_on_the_h100_agrees_with_the_engines_count_too():
     """The fp8_cast part on the H100: the column-wise cast costs 4.5 and 6.0 bytes on the scale where the stored
     whole-tensor cast is 6 (the H200: 5.4 and 5.8), against the engine's 5 (4 beyond the transposed copy)."""
-    c = compare(json.loads((PROBE.parent / "gpu_micro_h100.json").read_text()))
+    c = compared("gpu_micro_h100.json")
     cols = [r for r in c["fp8_cast"] if r["mode"] == "compiled" and r["variant"] == "stored:colwise+transposed"]
     assert len(cols) == 2
     assert all(4.4 < r["scaled_bytes"] < 6.1 and abs(r["engine_bytes"] / r["scaled_bytes"] - 1) < 0.2 for r in cols)
