@@ -263,7 +263,8 @@ def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: S
         # The backward does FLASH_BACKWARD_FACTOR times the forward's work, at its own sweep-length rule.
         bwd = flops * _flash_overhead(m.seq_len, shard.cp, training.cp_load_balance,
                                       C.FLASH_BACKWARD_HALF_LENGTH) / rate
-        return fwd + launches, C.FLASH_BACKWARD_FACTOR * (bwd + launches)
+        merge_f, merge_b = (b / hbm_bytes_per_s(gpu) for b in ring_merge_bytes(m, training, shard))
+        return fwd + launches + merge_f, C.FLASH_BACKWARD_FACTOR * (bwd + launches) + merge_b
     # Unfused (Megatron 2020-21): batched GEMMs QK^T (s_q x s, K = head_dim) and PV (s_q x head_dim, K = s)
     # over micro_batch x heads/tp, plus fused scale-mask-softmax and dropout streaming the s x s scores.
     d = m.head_dim
@@ -278,6 +279,28 @@ def attention_times(m: ModelSpec, gpu: GPUSpec, training: TrainingSpec, shard: S
     elements = rows * m.seq_len
     soft_f, soft_b = (elements * b / hbm_bytes_per_s(gpu) for b in (fwd_bytes, bwd_bytes))
     return wide + narrow + soft_f, wide + 3.0 * narrow + soft_b
+
+
+def ring_merge_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> tuple[np.ndarray, np.ndarray]:
+    """HBM bytes of ring attention's merges per micro-batch on one GPU, forward and backward (none without CP):
+    folding each step's partial output into the running one, the backward's gradient sums, and the copies PyTorch's
+    implementation makes (constants.CP_*_BYTES_*, counted from Transformer Engine's and PyTorch's code)."""
+    cp = np.asarray(shard.cp, dtype=float)
+    steps = cp - 1.0
+    q = shard.tokens(m) * m.hidden / shard.tp                       # query (and output) elements
+    if training.cp_impl == "pytorch":
+        kv = q                                                      # K/V heads repeated to the query heads
+        once_f = C.CP_ONCE_FWD_BYTES_PYTORCH[0] * q + C.CP_ONCE_FWD_BYTES_PYTORCH[1] * kv
+        once_b = C.CP_ONCE_BWD_BYTES_PYTORCH[0] * q + C.CP_ONCE_BWD_BYTES_PYTORCH[1] * kv
+        fwd = steps * (C.CP_MERGE_BYTES_PYTORCH * q + C.CP_KV_COPY_BYTES_PYTORCH * kv) + once_f
+        bwd = cp * (C.CP_GRAD_Q_BYTES_PYTORCH * q + C.CP_GRAD_KV_BYTES_PYTORCH * kv) \
+            + steps * C.CP_KV_COPY_BYTES_PYTORCH * kv + once_b
+    else:
+        kv = shard.tokens(m) * kv_dim(m) / shard.tp
+        fwd = steps * C.CP_MERGE_BYTES_TE * q
+        bwd = steps * (C.CP_GRAD_Q_BYTES_TE * q + C.CP_GRAD_KV_BYTES_TE * kv)
+    ring = cp > 1
+    return np.where(ring, fwd, 0.0), np.where(ring, bwd, 0.0)
 
 
 def attention_efficiency(gpu: GPUSpec, kernel: str) -> float:

@@ -41,6 +41,34 @@ CAUSAL_FRACTION = 0.5
 # L_half 240), but no training stack in the reference files runs it.
 FLASH_HALF_LENGTH = 530
 FLASH_BACKWARD_HALF_LENGTH = 1130
+# Ring attention's merges (context parallelism): HBM bytes per local element, at the GPU's HBM rate, beyond the
+# attention kernels. Each ring step after the first folds its partial output into the running one by their
+# log-sum-exps; the backward adds every step's gradients into dQ, dK, dV. Counted from the code (training.cp_impl):
+# - te: Transformer Engine's AttnFuncWithCPAndKVP2P (Megatron-Core, NeMo). One fused kernel a step
+#   (flash_attn_fwd_out_correction under jit_fuser: reads the step's 16-bit output and the running output, writes
+#   it): 6 bytes per query element; the backward adds each step's dQ into dQ and each dK, dV into the pair it
+#   receives (6 bytes per element); K and V keep their own (grouped-query) head count; no per-step copies.
+# - pytorch: PyTorch's context_parallel (torch/distributed/tensor/experimental/_attention.py; its round-robin load
+#   balance since pytorch/pytorch #132442, Aug 2024), as torchtitan runs it. _SDPAMerger casts each step's output to
+#   fp32 (read 2, write 4) and merges in three eager kernels (out - block_out, times the sigmoid, out minus that:
+#   12 + 8 + 12): 38 bytes per query element. Each step that passes K and V on concatenates them (torch.cat, read 2
+#   write 2 each): 8 bytes per key element, K and V together, forward and backward. The backward holds dQ, dK, dV in
+#   fp32 and adds each step's 16-bit gradient (read 4 + 2, write 4: 10 bytes), the round-robin half-chunk steps through
+#   _partial_update's torch.cat of the whole buffer (8 more), and concatenates dK and dV in fp32 to send them on (8
+#   each): 10 bytes per query element and 42 per key element a step, the last rank (whole-buffer updates every step)
+#   setting the pace. Once a call: the fp32 output's cast back (6 per query element) and K, V made contiguous (8 per
+#   key element); in the backward the fp32 buffers' zeroing and casts back (10 per query element, 28 per key element).
+#   torchtitan's Llama repeats the K/V heads up to the query heads before SDPA (repeat_kv), so there K and V are as
+#   large as Q.
+CP_MERGE_BYTES_TE = 6.0
+CP_GRAD_Q_BYTES_TE = 6.0
+CP_GRAD_KV_BYTES_TE = 12.0
+CP_MERGE_BYTES_PYTORCH = 38.0
+CP_KV_COPY_BYTES_PYTORCH = 8.0
+CP_GRAD_Q_BYTES_PYTORCH = 10.0
+CP_GRAD_KV_BYTES_PYTORCH = 42.0
+CP_ONCE_FWD_BYTES_PYTORCH = (6.0, 8.0)    # per query element, per key element
+CP_ONCE_BWD_BYTES_PYTORCH = (10.0, 28.0)
 # The key length one kernel sweeps at which a GPU's catalog attention_efficiency holds. Each catalog figure is one
 # number read off FlashAttention benchmarks run at 512 to 16K tokens (Dao 2023, fig. 4-6, A100; Shah et al. 2024,
 # fig. 4-6, H100), whose rates rise with the length as above, so one figure holds at one length: a sweep of L keys
@@ -208,7 +236,9 @@ HOST_COPY_EFFICIENCY = 0.8
 # 2.18: rowwise FP8's second quantisation costs a column scan before its cast (FP8_ROWWISE_EXTRA_BYTES 2 -> 4,
 # measured on an H200 by bench/gpu_probe.py --only fp8_cast); block scaling keeps its one pass
 # (FP8_BLOCKWISE_EXTRA_BYTES).
-ENGINE_VERSION = "2.18"
+# 2.19: ring attention's merge traffic (CP_*_BYTES_*) and training.cp_impl (Transformer Engine or PyTorch's
+# context_parallel, whose fp32 eager merges move several times the bytes).
+ENGINE_VERSION = "2.19"
 
 
 def as_dict() -> dict[str, float]:

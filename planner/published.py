@@ -303,6 +303,8 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
                          # weights once per step; the PyTorch-native stacks cast them in every forward
                          "fp8_weight_cache": not rt.native_stack(row),
                          "pp_comm_overlap": rt.pp_overlap(row),
+                         # torchtitan runs PyTorch's context_parallel; Megatron-Core, Transformer Engine's ring
+                         "cp_impl": "pytorch" if rt.native_stack(row) else "te",
                          "activation_offload_layers": rt.offload_layers(row),
                          "expandable_segments": rt.expandable_segments(row),
                          "ep_dispatch": "dedup" if rt.affirmed(r"deepep|hybridep", notes) else "all_to_all",

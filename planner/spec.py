@@ -34,6 +34,7 @@ GRAD_REDUCE_DTYPES = ("fp32", "bf16")
 OPTIMIZER_STATES = ("fp32", "bf16", "bf16_remainder")
 FP8_SAVED_INPUTS = ("fp8", "bf16")
 CHECKPOINT_IMPLS = ("megatron", "pytorch")
+CP_IMPLS = ("te", "pytorch")
 PROJECTIONS = ("fused", "separate")
 CROSS_ENTROPY_IMPLS = ("fused", "eager", "chunked")
 # Rank orders, innermost first. TP is always innermost (it must stay inside an NVLink domain); the two orders
@@ -145,6 +146,12 @@ TRAINING_FIELDS = (
           help="With context parallelism: split the sequence into 2·cp chunks and give each rank one from each end "
                "(Megatron-Core / Transformer Engine zigzag), so causal attention work is even; off = contiguous "
                "chunks, the last rank does 2·cp/(cp+1) of the average."),
+    Field("cp_impl", str, "te", choices=CP_IMPLS,
+          help="With context parallelism, whose ring attention runs: te (Transformer Engine, so Megatron-Core and "
+               "NeMo: one fused kernel a step merges the partial outputs, 16-bit gradient sums) or pytorch (PyTorch's "
+               "context_parallel, as torchtitan uses it: each step's output merged in fp32 by several eager kernels, "
+               "fp32 gradient buffers rebuilt by concatenation, K and V copied every step and, in torchtitan's "
+               "Llama, repeated to the query heads): several times the memory traffic a step."),
     Field("activation_offload_layers", int, 0, lo=0, hi=2048,
           help="Layers of each pipeline stage whose saved activations go to CPU memory during the forward pass and "
                "come back before their backward (Megatron-Core and NeMo cpu_offloading_num_layers): they leave the "
@@ -361,6 +368,7 @@ class TrainingSpec:
     partition_activations: bool = False
     fp8_recipe: str = "tensorwise"
     cp_load_balance: bool = True
+    cp_impl: str = "te"
     zero_granularity: str = "bucket"
     checkpoint_impl: str = "megatron"
     grad_reduce_dtype: str = "fp32"

@@ -217,3 +217,6 @@ def _mechanisms(job: Job, arg, em: Emitter) -> None:
         em.note("zero_granularity layer (FSDP's per-layer ZeRO-2): Megatron-FSDP optim_grads is the nearest")
     if job.cp > 1 and not t.cp_load_balance:
         em.note("cp_load_balance off: Megatron always balances the causal mask over the CP ranks")
+    if job.cp > 1 and t.cp_impl == "pytorch":
+        em.note("cp_impl pytorch: Megatron-Core runs Transformer Engine's ring attention, whose fused merges move "
+                "less memory than PyTorch's context_parallel, so faster than the plan assumed")

@@ -107,6 +107,9 @@ def _training(job: Job, key, em: Emitter) -> None:
     if job.zero == 2 and t.zero_granularity == "bucket":
         em.note("zero_granularity bucket: FSDP2 shards layer by layer, one collective per layer, not the "
                 "large buckets the plan costed")
+    if job.cp > 1 and t.cp_impl == "te":
+        em.note("cp_impl te: torchtitan runs PyTorch's context_parallel, whose fp32 merges and per-step copies "
+                "move several times the memory traffic of Transformer Engine's ring, slower than the plan assumed")
 
 
 def _parallelism(job: Job, key, em: Emitter) -> None:

@@ -204,13 +204,17 @@ def test_context_parallel_splits_the_work(h100):
 
 def test_context_parallel_attention_loses_efficiency_on_short_chunks(h100):
     # GPT-3 at s = 2048: CP 8 sweeps 256-key chunks, (1 + 530/256) / (1 + 530/2048) = 2.44x the work's time
-    # forward, plus 2 cp - 1 = 15 launches instead of one.
+    # forward, plus 2 cp - 1 = 15 launches instead of one and the 7 merges' memory traffic.
+    from planner.compute import hbm_bytes_per_s, ring_merge_bytes
     gpu, tr = h100.cluster.gpu, h100.training
     one = attention_times(h100.model, gpu, tr, shard(cp=1))[0][0]
     eight = attention_times(h100.model, gpu, tr, shard(cp=8))[0][0]
     launches = gpu.kernel_overhead_us * 1e-6
+    merges = ring_merge_bytes(h100.model, tr, shard(cp=8))[0][0] / hbm_bytes_per_s(gpu)
+    # Transformer Engine's merges: 6 bytes for each of the 256 local tokens' 12,288 / TP query values, 7 times.
+    assert merges * hbm_bytes_per_s(gpu) == pytest.approx(7 * 6.0 * 256 * h100.model.hidden / 8)
     ratio = (1 + C.FLASH_HALF_LENGTH / 256) / (1 + C.FLASH_HALF_LENGTH / 2048)
-    assert 8 * (eight - 15 * launches) / (one - launches) == pytest.approx(ratio)
+    assert 8 * (eight - 15 * launches - merges) / (one - launches) == pytest.approx(ratio)
 
 
 def test_flash_attention_runs_at_the_catalog_rate_only_at_the_reference_length(h100):

@@ -444,6 +444,11 @@ def test_the_costed_stack_behaviours_reach_megatron_and_torchtitan():
         spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1}, {"precision": "fp8", "fp8_saved_inputs": kept})
         assert ("fp8_saved_inputs bf16" in " ".join(launch_config(spec, entry, "megatron").notes)) == megatron_note
         assert ("fp8_saved_inputs fp8" in " ".join(launch_config(spec, entry, "torchtitan").notes)) == titan_note
+    # Whose ring attention runs under CP is the stack's own: Transformer Engine's in Megatron, PyTorch's in torchtitan.
+    for impl, megatron_note, titan_note in (("te", False, True), ("pytorch", True, False)):
+        spec, entry = small_plan(H100_32, {"tp": 2, "pp": 1, "cp": 2}, {"cp_impl": impl})
+        assert ("cp_impl pytorch" in " ".join(launch_config(spec, entry, "megatron").notes)) == megatron_note
+        assert ("cp_impl te" in " ".join(launch_config(spec, entry, "torchtitan").notes)) == titan_note
 
 
 def test_pipeline_overlap_reaches_megatron_and_torchtitan():

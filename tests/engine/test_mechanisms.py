@@ -585,3 +585,43 @@ def test_fp16_weights_cannot_carry_a_master_remainder(catalog):
     assert [e.field for e in err.value.errors] == ["training.optimizer_states"]
     doc["training"]["optimizer_states"] = "bf16"
     assert parse_spec(doc, catalog).training.optimizer_states == "bf16"
+
+
+def test_ring_attention_merges_cost_hbm_traffic_per_step_and_pytorchs_several_times_more(catalog):
+    """Llama 3 8B at 256K tokens over CP 8 (torchtitan's run): 32K local tokens, 4,096-wide queries, 1,024-wide K/V
+    (grouped-query) for Transformer Engine, K/V repeated to 4,096 wide for PyTorch's context_parallel."""
+    import numpy as np
+
+    from planner import constants as C
+    from planner.compute import Shard, attention_times, hbm_bytes_per_s, ring_merge_bytes
+    doc = llama_8b_fsdp(catalog, 8)
+    doc["model"]["seq_len"] = 262144
+    ring, single = (Shard(*(np.array([v]) for v in (1, cp, 1, 1, False))) for cp in (8, 1))
+    te, torch = (parse_spec(dict(doc, training=dict(doc["training"], cp_impl=impl)), catalog)
+                 for impl in ("te", "pytorch"))
+    q, kv = 32768 * 4096, 32768 * 1024
+    te_f, te_b = ring_merge_bytes(te.model, te.training, ring)
+    assert te_f[0] == pytest.approx(7 * 6.0 * q)                       # 7 merges after the first step
+    assert te_b[0] == pytest.approx(7 * (6.0 * q + 12.0 * kv))
+    pt_f, pt_b = ring_merge_bytes(torch.model, torch.training, ring)
+    assert pt_f[0] == pytest.approx(7 * (38.0 + 8.0) * q + (6.0 + 8.0) * q)
+    assert pt_b[0] == pytest.approx(8 * (10.0 + 42.0) * q + 7 * 8.0 * q + (10.0 + 28.0) * q)
+    assert 8 < (pt_f[0] + pt_b[0]) / (te_f[0] + te_b[0]) < 12
+    # Without CP there is nothing to merge, whichever implementation.
+    assert all(float(b[0]) == 0.0 for s in (te, torch) for b in ring_merge_bytes(s.model, s.training, single))
+    # The traffic is charged at the GPU's HBM rate on top of the kernels: ~45 GB a forward pass (22 ms on the
+    # H100's 3.35 TB/s x hbm_efficiency) against the attention kernels' ~0.3 s at 32K x 256K.
+    gpu = te.cluster.gpu
+    (f_te, b_te), (f_pt, b_pt) = (attention_times(s.model, gpu, s.training, ring) for s in (te, torch))
+    assert f_pt[0] - f_te[0] == pytest.approx((pt_f[0] - te_f[0]) / hbm_bytes_per_s(gpu))
+    assert b_pt[0] - b_te[0] == pytest.approx((pt_b[0] - te_b[0]) / hbm_bytes_per_s(gpu))
+    assert 0.03 < (f_pt[0] - f_te[0]) / f_te[0] < 0.15
+    assert C.CP_MERGE_BYTES_PYTORCH / C.CP_MERGE_BYTES_TE > 6
+
+
+def test_torchtitan_context_parallel_rows_run_pytorchs_ring_and_megatron_rows_transformer_engines(catalog):
+    from planner.published import load_rows, row_to_spec_doc
+    rows = {r["id"]: r for r in load_rows("planner/data/calibration_runs.json")}
+    assert row_to_spec_doc(rows["tt24_t2_8b_g8_fsdp1_cp8_s262144"], catalog)["training"]["cp_impl"] == "pytorch"
+    assert row_to_spec_doc(rows["mcore_moe_qwen3_235b_h100_bf16_256gpu_tp2pp8ep32"],
+                           catalog)["training"]["cp_impl"] == "te"
