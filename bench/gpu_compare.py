@@ -265,9 +265,11 @@ def fp8_casts(part: dict, rate: float | None) -> list[dict]:
     variants), and the same scaled so that the stored whole-tensor cast of the same producer's output is the engine's
     FP8_CAST_BYTES: element-wise kernels run below the copy rate, so the engine's byte counts compare with the
     second figure."""
+    if not rate:
+        return []
     out = []
     for mode, rows in part.items():
-        if not rate or not isinstance(rows, list):
+        if not isinstance(rows, list):
             continue
         by = {(r["producer"], r["width"], r["variant"]): r for r in rows if isinstance(r, dict) and "seconds" in r}
         for (producer, width, variant), r in by.items():

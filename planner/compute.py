@@ -287,7 +287,8 @@ def ring_merge_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> tupl
     implementation makes (constants.CP_*_BYTES_*, counted from Transformer Engine's and PyTorch's code)."""
     cp = np.asarray(shard.cp, dtype=float)
     steps = cp - 1.0
-    q = shard.tokens(m) * m.hidden / shard.tp                       # query (and output) elements
+    t = shard.tokens(m)
+    q = t * m.hidden / shard.tp                                     # query (and output) elements
     if training.cp_impl == "pytorch":
         kv = q                                                      # K/V heads repeated to the query heads
         once_f = C.CP_ONCE_FWD_BYTES_PYTORCH[0] * q + C.CP_ONCE_FWD_BYTES_PYTORCH[1] * kv
@@ -296,7 +297,7 @@ def ring_merge_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> tupl
         bwd = cp * (C.CP_GRAD_Q_BYTES_PYTORCH * q + C.CP_GRAD_KV_BYTES_PYTORCH * kv) \
             + steps * C.CP_KV_COPY_BYTES_PYTORCH * kv + once_b
     else:
-        kv = shard.tokens(m) * kv_dim(m) / shard.tp
+        kv = t * kv_dim(m) / shard.tp
         fwd = steps * C.CP_MERGE_BYTES_TE * q
         bwd = steps * (C.CP_GRAD_Q_BYTES_TE * q + C.CP_GRAD_KV_BYTES_TE * kv)
     ring = cp > 1

@@ -286,31 +286,32 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
     node, fabric = _network(row, catalog, gpu)
     notes = (row.get("notes") or "").lower()
     model = _model_doc(row, catalog, gated)
+    native = rt.native_stack(row)
     return _deepspeed_pipeline(row, _pipelined_fsdp(row, {"model": model,
             "training": {"global_batch": _global_batch(row), "precision": rt.precision(row, gpu),
                          "attention": rt.attention_kernel(row, gpu), "tp_comm_overlap": rt.tp_overlap(row),
                          "elementwise": rt.elementwise(row), "projections": rt.projections(row),
                          "cross_entropy": rt.cross_entropy(row),
-                         "checkpoint_impl": "pytorch" if rt.native_stack(row) else "megatron",
+                         "checkpoint_impl": "pytorch" if native else "megatron",
                          "ep_comm_overlap": rt.ep_overlap(row),
                          "fp8_param_gather": rt.fp8_gather(row), "zero_granularity": rt.zero_granularity(row),
                          "grad_reduce_dtype": rt.grad_reduce_dtype(row),
                          "optimizer_states": rt.optimizer_states(row),
                          "fp8_recipe": rt.fp8_recipe(row),
                          # torchao float8 (the PyTorch-native stacks' FP8) keeps its linears' 16-bit inputs
-                         "fp8_saved_inputs": "bf16" if rt.native_stack(row) else "fp8",
+                         "fp8_saved_inputs": "bf16" if native else "fp8",
                          # Megatron-Core passes is_first_microbatch to Transformer Engine, which then casts the
                          # weights once per step; the PyTorch-native stacks cast them in every forward
-                         "fp8_weight_cache": not rt.native_stack(row),
+                         "fp8_weight_cache": not native,
                          "pp_comm_overlap": rt.pp_overlap(row),
                          # torchtitan runs PyTorch's context_parallel; Megatron-Core, Transformer Engine's ring
-                         "cp_impl": "pytorch" if rt.native_stack(row) else "te",
+                         "cp_impl": "pytorch" if native else "te",
                          "activation_offload_layers": rt.offload_layers(row),
                          "expandable_segments": rt.expandable_segments(row),
                          "ep_dispatch": "dedup" if rt.affirmed(r"deepep|hybridep", notes) else "all_to_all",
                          "ep_dispatch_dtype": rt.ep_dispatch_dtype(row),
                          # torchtitan's MoE runs torch._grouped_mm; Megatron-Core, Transformer Engine's GroupedLinear
-                         "expert_gemm": "grouped" if rt.native_stack(row) else "streams",
+                         "expert_gemm": "grouped" if native else "streams",
                          "partition_activations": rt.partition_activations(row)},
             "cluster": {"num_gpus": row["gpus"], "gpu": gpu, "node": node, "fabric": fabric},
             "layout": _layout_doc(row, model, catalog)}))

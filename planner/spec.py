@@ -103,8 +103,9 @@ TRAINING_FIELDS = (
     Field("fp8_recipe", str, "tensorwise", choices=FP8_RECIPES,
           help="With fp8: tensorwise (one scale per tensor: Transformer Engine delayed scaling, torchao tensorwise), "
                "rowwise (torchao: one per row; for the backward each input is scanned by column and quantised again "
-               "along that axis, and the backward GEMMs rescale their outputs in a separate kernel) or blockwise (Transformer Engine MXFP8 and "
-               "1x128 block scaling: each input quantised along both axes, scales applied inside the GEMMs)."),
+               "along that axis, and the backward GEMMs rescale their outputs in a separate kernel) or blockwise "
+               "(Transformer Engine MXFP8 and 1x128 block scaling: each input quantised along both axes, scales "
+               "applied inside the GEMMs)."),
     Field("fp8_param_gather", bool, False,
           help="With fp8: gather parameters in FP8, 1 byte each (FSDP2 float8 all-gather, Megatron "
                "--fp8-param-gather); off = 16-bit gathers."),
