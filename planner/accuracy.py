@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -129,4 +130,38 @@ def for_gpu(gpu_name: str, prec: str, snapshot: dict[str, Any] | None = None) ->
     if out["measured_with"]["stale"]:
         text += "; measured with an earlier build of the engine"
     out["statement"] = text + "."
+    out["ranking"] = ranking(snapshot, figures["median_abs_err"])
     return out
+
+
+def ranking(snapshot: dict[str, Any], tie_within: float | None) -> dict[str, Any]:
+    """How far to trust the order of the ranked layouts: those within `tie_within` (the cohort's median error) of
+    the best are not reliably ordered, and the search's claimed gain over published layouts (`validate --search`)
+    says how far a predicted gain is a lead rather than a saving. The claimed gain is given per source, as the
+    median of the groups' medians, beside the pooled median: one source supplies most of the reference rows, and
+    the pooled figure is mostly its."""
+    groups = snapshot.get("groups") or {}
+    gains = [g["median_search_gain"] for g in groups.values() if g.get("median_search_gain") is not None]
+    pooled = (snapshot.get("summary") or {}).get("median_search_gain")
+    by_group = statistics.median(gains) if gains else None
+    parts = []
+    if tie_within is not None:
+        parts.append(f"Layouts within {tie_within:.0%} of the best step time (the median error above) are not "
+                     f"reliably ordered: choose among them on memory headroom or the simpler launch")
+    if by_group is not None:
+        pooled_text = f"; {pooled:.0%} pooled over all runs" if pooled is not None else ""
+        parts.append(f"on published runs searched with nothing pinned, the planner predicts its own pick "
+                     f"{by_group:.0%} faster than the published layout (median over {len(gains)} sources"
+                     f"{pooled_text}), though many published layouts were studies, not tuned settings: read a "
+                     f"predicted gain larger than the error as a lead to test, not a measured saving")
+    statement = "; ".join(parts)
+    return {"tie_within": tie_within, "search_gain_by_source": by_group, "search_gain_pooled": pooled,
+            "sources": len(gains), "statement": statement[:1].upper() + statement[1:] + "." if statement else None}
+
+
+def ties(plans: list[dict[str, Any]], tie_within: float | None) -> list[int]:
+    """The ranks of the plans after the first whose step time is within `tie_within` of the first's."""
+    if not plans or tie_within is None:
+        return []
+    best = plans[0]["step_time_s"]
+    return [p["rank"] for p in plans[1:] if p["step_time_s"] <= best * (1.0 + tie_within)]

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from . import jsonio
+from . import accuracy, jsonio
 from .catalog import load_catalog
 from .errors import SpecError
 from .launch import FRAMEWORKS, launch_config
@@ -166,15 +166,23 @@ def print_table(answer: dict[str, Any], out: TextIO) -> None:
               f"in {answer['elapsed_s']:.2f} s\n\n")
     if answer["plans"]:
         out.write(f"best: {answer['plans'][0]['description']}\n")
-        if answer.get("accuracy"):
-            out.write(f"how far to trust the step time: {answer['accuracy']['statement']}\n")
+        stated = answer.get("accuracy") or {}
+        order = stated.get("ranking") or {}
+        if stated:
+            out.write(f"how far to trust the step time: {stated['statement']}\n")
+        if order.get("statement"):
+            out.write(f"how far to trust the order: {order['statement']}\n")
+        tied = set(accuracy.ties(answer["plans"], order.get("tie_within")))
         out.write("\n")
-        header = f"{'#':>3}  {'layout':<46} {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'GiB':>6}  exposed time (s)\n"
+        header = f"{'#':>5}  {'layout':<46} {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'GiB':>6}  exposed time (s)\n"
         out.write(header)
         for p in answer["plans"]:
             parts = ", ".join(f"{k} {v:.3g}" for k, v in p["time_s"].items() if v > 0)
-            out.write(f"{p['rank']:>3}  {p['label']:<46} {p['step_time_s']:>9.3f} {p['tokens_per_s']:>11.0f} "
+            rank = f"{'~' if p['rank'] in tied else ''}{p['rank']}"
+            out.write(f"{rank:>5}  {p['label']:<46} {p['step_time_s']:>9.3f} {p['tokens_per_s']:>11.0f} "
                       f"{p['mfu']:>6.1%} {p['memory_gib']['total']:>6.1f}  {parts}\n")
+        if tied:
+            out.write("~ within the model's measured error of the best: not reliably slower\n")
         best = answer["plans"][0]
         if best["time_to_train_s"]:
             out.write(f"\ntime to train {spec['training']['tokens']:.3g} tokens: "

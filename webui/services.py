@@ -374,12 +374,24 @@ def plan_accuracy(*, plan: Plan) -> dict[str, Any] | None:
     """The measured error on published runs like this plan's (same GPU generation and precision): the one the
     answer states, or, for an answer from before the engine stated it, from the current validation."""
     if isinstance(plan.result, dict) and isinstance(plan.result.get("accuracy"), dict):
-        return plan.result["accuracy"]
+        stated = plan.result["accuracy"]
+        snapshot = accuracy.load_snapshot()
+        if "ranking" not in stated and stated.get("median_abs_err") is not None and snapshot is not None:
+            # answered before the engine stated how far to trust the order: from the current validation
+            return {**stated, "ranking": accuracy.ranking(snapshot, stated["median_abs_err"])}
+        return stated
     spec = plan.spec if isinstance(plan.spec, dict) else {}
     cluster, training = (s if isinstance(s, dict) else {} for s in (spec.get("cluster"), spec.get("training")))
     gpu = cluster.get("gpu")
     name = gpu.get("name") if isinstance(gpu, dict) else gpu
     return accuracy.for_gpu(str(name or ""), str(training.get("precision") or "bf16"))
+
+
+def plan_ties(*, plan: Plan, stated: dict[str, Any] | None) -> list[int]:
+    """The ranks whose step time is within the model's measured error of the best (accuracy.ties)."""
+    plans = plan.result.get("plans") if isinstance(plan.result, dict) else None
+    tie_within = ((stated or {}).get("ranking") or {}).get("tie_within")
+    return accuracy.ties(plans or [], tie_within)
 
 
 def validation_read() -> dict[str, Any]:

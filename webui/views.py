@@ -39,6 +39,7 @@ def plan_detail(request: HttpRequest, code: str) -> HttpResponse:
                                "options": services.plan_options(plan=plan)}
     if plan.status == Plan.Status.DONE:
         context["accuracy"] = services.plan_accuracy(plan=plan)
+        context["ties"] = services.plan_ties(plan=plan, stated=context["accuracy"])
     if plan.status == Plan.Status.QUEUED:
         context["queue_position"] = services.plan_queue_position(plan=plan)
     try:

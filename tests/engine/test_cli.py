@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from planner import accuracy
+
 from .conftest import EXAMPLES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +31,17 @@ def test_plan_prints_a_table():
     out = run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), "--format", "table", "--top", "2")
     assert out.returncode == 0, out.stderr
     assert "best: TP" in out.stdout and "rejected:" in out.stdout and "tp_crosses_nvlink_domain" in out.stdout
+
+
+def test_the_table_marks_the_layouts_the_model_cannot_tell_from_the_best():
+    out = run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), "--format", "table", "--top", "3")
+    answer = json.loads(run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), "--top", "3").stdout)
+    order = answer["accuracy"]["ranking"]
+    assert f"how far to trust the order: {order['statement']}" in out.stdout
+    rows = [line.split()[0] for line in out.stdout.splitlines() if line.strip().split(" ")[0].lstrip("~").isdigit()]
+    tied = {f"~{r}" for r in accuracy.ties(answer["plans"], order["tie_within"])}
+    assert rows[0] == "1" and {r for r in rows if r.startswith("~")} == tied
+    assert ("~ within the model's measured error of the best" in out.stdout) == bool(tied)
 
 
 def test_bad_field_exits_non_zero_with_the_field_named(tmp_path):

@@ -195,6 +195,37 @@ def test_figures_from_another_engine_build_are_flagged(small):
     assert found["measured_with"]["stale"] is True and "earlier build of the engine" in found["statement"]
 
 
+def test_the_order_is_trusted_as_far_as_the_error_and_the_claimed_gains_say():
+    """Layouts within the cohort's median error of the best are not reliably ordered; the search's claimed gain over
+    published layouts is given per source (the median of the groups' medians) beside the pooled median, which one
+    large source dominates."""
+    snapshot = {"summary": {"median_search_gain": 0.05},
+                "groups": {"a": {"median_search_gain": 0.1}, "b": {"median_search_gain": 0.3},
+                           "c": {"median_search_gain": 0.2}, "d": {"median_search_gain": None}}}
+    order = accuracy.ranking(snapshot, 0.04)
+    assert (order["tie_within"], order["search_gain_by_source"], order["search_gain_pooled"], order["sources"]) == \
+        (0.04, 0.2, 0.05, 3)
+    assert order["statement"].startswith("Layouts within 4% of the best step time")
+    assert "its own pick 20% faster than the published layout (median over 3 sources; 5% pooled over all runs)" \
+        in order["statement"]
+    unsearched = accuracy.ranking({"groups": {"a": {"median_search_gain": None}}}, 0.04)
+    assert unsearched["search_gain_by_source"] is None and "pick" not in unsearched["statement"]
+    assert accuracy.ranking({}, None)["statement"] is None
+
+
+def test_ties_are_the_plans_within_the_error_of_the_best():
+    plans = [{"rank": r, "step_time_s": t} for r, t in ((1, 10.0), (2, 10.3), (3, 10.4), (4, 10.5), (5, 11.0))]
+    assert accuracy.ties(plans, 0.04) == [2, 3]
+    assert accuracy.ties(plans, None) == [] and accuracy.ties([], 0.04) == []
+
+
+def test_a_plan_states_how_far_to_trust_its_order(small):
+    found = accuracy.for_gpu("A100 SXM4 80GB", "fp16", small)
+    assert found["ranking"]["tie_within"] == found["median_abs_err"]
+    assert found["ranking"]["statement"].startswith(f"Layouts within {found['median_abs_err']:.0%} of the best")
+    assert "ranking" not in accuracy.for_gpu("B200", "fp8", small)  # no comparable runs: no error to tie within
+
+
 def test_every_answer_states_how_far_to_trust_its_step_time():
     answer = plan(parse_spec(example("llama3-70b-h100-512-pinned")), top=1)
     stated = answer["accuracy"]

@@ -98,6 +98,8 @@ def test_a_new_user_plans_a_job_and_shares_the_link(web, worker, seeded, browser
 
     trust = page.inner_text("#accuracy")  # how far to trust the step time, next to it
     assert "published H100 BF16 runs" in trust or "No comparable published runs" in trust, trust
+    if "published H100 BF16 runs" in trust:  # and how far to trust the order of the ranked layouts
+        assert "not reliably ordered" in page.inner_text("#ranking-trust")
 
     # A colleague opens the link: no cookies, no history, the same plan.
     other = browser.new_context().new_page()

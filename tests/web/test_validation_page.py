@@ -100,6 +100,31 @@ def test_a_plan_page_states_the_error_on_comparable_published_runs(client, small
     assert body["result"]["accuracy"]["statement"] == stated["statement"]
 
 
+def test_a_plan_page_states_how_far_to_trust_the_order(client, small_spec, seeded):
+    """The ranked layouts within the model's measured error of the best are marked as ties, and the page says how
+    large the search's claimed gains over published layouts are, per source."""
+    plan = services.plan_run(plan_id=make_plan(small_spec).pk)
+    order = plan.result["accuracy"]["ranking"]
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert 'id="ranking-trust"' in page and order["statement"].replace("'", "&#x27;") in page
+    plans = plan.result["plans"]
+    tied = accuracy.ties(plans, order["tie_within"])
+    assert page.count('class="tie"') == len(tied)
+    # Another tie threshold marks other rows: 0 ties none, a large one every row after the first.
+    for within, marked in ((0.0, 0), (10.0, len(plans) - 1)):
+        result = {**plan.result, "accuracy": {**plan.result["accuracy"], "ranking": {**order, "tie_within": within}}}
+        Plan.objects.filter(pk=plan.pk).update(result=result)
+        assert client.get(plan.get_absolute_url()).content.decode().count('class="tie"') == marked
+
+
+def test_a_plan_answered_before_the_order_was_stated_states_it(client, small_spec, seeded):
+    plan = services.plan_run(plan_id=make_plan(small_spec).pk)
+    stated = {k: v for k, v in plan.result["accuracy"].items() if k != "ranking"}
+    Plan.objects.filter(pk=plan.pk).update(result={**plan.result, "accuracy": stated})
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert 'id="ranking-trust"' in page and "pooled over all runs" in page
+
+
 def test_a_plan_compared_with_one_published_run_says_run(client, small_spec, seeded):
     plan = services.plan_run(plan_id=make_plan(small_spec).pk)
     result = {**plan.result, "accuracy": {**plan.result["accuracy"], "runs": 1}}  # as for GB200 BF16: one run
