@@ -394,6 +394,14 @@ def plan_ties(*, plan: Plan, stated: dict[str, Any] | None) -> list[int]:
     return accuracy.ties(plans or [], tie_within)
 
 
+def validation_search_by_source(snapshot: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The search's claimed gain per source (the median of the groups' medians) and pooled, as plans state it."""
+    if not snapshot or not snapshot.get("search"):
+        return None
+    order = accuracy.ranking(snapshot, None)
+    return order if order["search_gain_by_source"] is not None else None
+
+
 def validation_read() -> dict[str, Any]:
     """The stored validation and whether it was measured with the running engine: {"validation": dict or None,
     "stale": bool, "fingerprint": the running engine's}. Read once per process (the file is a few hundred kB),

@@ -63,6 +63,7 @@ def validation(request: HttpRequest) -> HttpResponse:
     # The groups whose runs state a peak memory, for the memory line (most state none).
     groups = (context["validation"] or {}).get("groups", {})
     context["memory_groups"] = [(name, f) for name, f in groups.items() if f.get("memory_rows")]
+    context["search_by_source"] = services.validation_search_by_source(context["validation"])
     return render(request, "webui/validation.html", context)
 
 

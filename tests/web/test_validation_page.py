@@ -3,12 +3,14 @@ every plan page and API answer."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
 from planner import accuracy
 from webui import services
 from webui.models import Plan
+from webui.templatetags.planner_format import percent
 from webui.validation_charts import predicted_vs_measured, validation_figures
 
 from .test_views import make_plan
@@ -123,6 +125,17 @@ def test_a_plan_answered_before_the_order_was_stated_states_it(client, small_spe
     Plan.objects.filter(pk=plan.pk).update(result={**plan.result, "accuracy": stated})
     page = client.get(plan.get_absolute_url()).content.decode()
     assert 'id="ranking-trust"' in page and "pooled over all runs" in page
+
+
+def test_the_page_gives_the_claimed_search_gain_per_source_beside_the_pooled_one(client):
+    snapshot = accuracy.load_snapshot()
+    medians = sorted(g["median_search_gain"] for g in snapshot["groups"].values()
+                     if g.get("median_search_gain") is not None)
+    by_source = statistics.median(medians)
+    page = client.get("/validation/").content.decode()
+    assert 'id="search-by-source"' in page
+    assert f"is {percent(by_source)} over {len(medians)}" in page
+    assert f"against {percent(snapshot['summary']['median_search_gain'])} pooled" in page
 
 
 def test_a_plan_compared_with_one_published_run_says_run(client, small_spec, seeded):
