@@ -160,8 +160,11 @@ def ranking(snapshot: dict[str, Any], tie_within: float | None) -> dict[str, Any
 
 
 def ties(plans: list[dict[str, Any]], tie_within: float | None) -> list[int]:
-    """The ranks of the plans after the first whose step time is within `tie_within` of the first's."""
-    if not plans or tie_within is None:
+    """The ranks of the plans after the first whose step time is within `tie_within` of the first's (a plan stored
+    without its rank has its place in the list)."""
+    number = (int, float)
+    if not plans or not isinstance(tie_within, number) or not isinstance(plans[0].get("step_time_s"), number):
         return []
-    best = plans[0]["step_time_s"]
-    return [p["rank"] for p in plans[1:] if p["step_time_s"] <= best * (1.0 + tie_within)]
+    limit = plans[0]["step_time_s"] * (1.0 + tie_within)
+    return [p.get("rank", i + 1) for i, p in enumerate(plans) if i > 0
+            and isinstance(p.get("step_time_s"), number) and p["step_time_s"] <= limit]

@@ -217,6 +217,10 @@ def test_ties_are_the_plans_within_the_error_of_the_best():
     plans = [{"rank": r, "step_time_s": t} for r, t in ((1, 10.0), (2, 10.3), (3, 10.4), (4, 10.5), (5, 11.0))]
     assert accuracy.ties(plans, 0.04) == [2, 3]
     assert accuracy.ties(plans, None) == [] and accuracy.ties([], 0.04) == []
+    # A plan stored without its rank (an early answer) is numbered by its place; one without a step time is no tie.
+    stored = [{"step_time_s": 10.0}, {"step_time_s": 10.1}, {"rank": 3}, {"step_time_s": 12.0}]
+    assert accuracy.ties(stored, 0.04) == [2]
+    assert accuracy.ties([{"rank": 1}, {"rank": 2, "step_time_s": 1.0}], 0.04) == []
 
 
 def test_a_plan_states_how_far_to_trust_its_order(small):

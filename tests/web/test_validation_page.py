@@ -117,6 +117,13 @@ def test_a_plan_page_states_how_far_to_trust_the_order(client, small_spec, seede
         result = {**plan.result, "accuracy": {**plan.result["accuracy"], "ranking": {**order, "tie_within": within}}}
         Plan.objects.filter(pk=plan.pk).update(result=result)
         assert client.get(plan.get_absolute_url()).content.decode().count('class="tie"') == marked
+    # An early answer stored its plans without ranks: the page still marks them, by place, and does not fail.
+    unranked = [{k: v for k, v in p.items() if k != "rank"} for p in plans]
+    result = {**plan.result, "plans": unranked,
+              "accuracy": {**plan.result["accuracy"], "ranking": {**order, "tie_within": 10.0}}}
+    Plan.objects.filter(pk=plan.pk).update(result=result)
+    response = client.get(plan.get_absolute_url())
+    assert response.status_code == 200 and response.content.decode().count('class="tie"') == len(plans) - 1
 
 
 def test_a_plan_answered_before_the_order_was_stated_states_it(client, small_spec, seeded):
