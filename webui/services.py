@@ -354,8 +354,10 @@ def plan_as_dict(*, plan: Plan, launch_rank: int = 1) -> dict[str, Any]:
     if plan.status == Plan.Status.DONE:
         data["result"] = plan.result
         data["launch"] = plan_launch(plan=plan, rank=launch_rank)
-        if isinstance(plan.result, dict) and "accuracy" not in plan.result:  # answered before it was stated
-            data["result"] = {**plan.result, "accuracy": plan_accuracy(plan=plan)}
+        if isinstance(plan.result, dict):  # an answer from before the engine stated all of it gets the rest
+            stated = plan_accuracy(plan=plan)
+            if stated is not plan.result.get("accuracy"):
+                data["result"] = {**plan.result, "accuracy": stated}
     if plan.status == Plan.Status.FAILED:
         data["error"] = plan.error
     return data

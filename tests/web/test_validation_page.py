@@ -132,6 +132,8 @@ def test_a_plan_answered_before_the_order_was_stated_states_it(client, small_spe
     Plan.objects.filter(pk=plan.pk).update(result={**plan.result, "accuracy": stated})
     page = client.get(plan.get_absolute_url()).content.decode()
     assert 'id="ranking-trust"' in page and "pooled over all runs" in page
+    api = client.get(f"/api/plans/{plan.code}").json()["result"]["accuracy"]
+    assert api["statement"] == stated["statement"] and "pooled over all runs" in api["ranking"]["statement"]
 
 
 def test_the_page_gives_the_claimed_search_gain_per_source_beside_the_pooled_one(client):
