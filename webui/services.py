@@ -377,11 +377,13 @@ def plan_accuracy(*, plan: Plan) -> dict[str, Any] | None:
     answer states, or, for an answer from before the engine stated it, from the current validation."""
     if isinstance(plan.result, dict) and isinstance(plan.result.get("accuracy"), dict):
         stated = plan.result["accuracy"]
+        if "ranking" in stated or stated.get("median_abs_err") is None:
+            return stated
+        # answered before the engine stated how far to trust the order: from the current validation
         snapshot = accuracy.load_snapshot()
-        if "ranking" not in stated and stated.get("median_abs_err") is not None and snapshot is not None:
-            # answered before the engine stated how far to trust the order: from the current validation
-            return {**stated, "ranking": accuracy.ranking(snapshot, stated["median_abs_err"])}
-        return stated
+        if snapshot is None:
+            return stated
+        return {**stated, "ranking": accuracy.ranking(snapshot, stated["median_abs_err"])}
     spec = plan.spec if isinstance(plan.spec, dict) else {}
     cluster, training = (s if isinstance(s, dict) else {} for s in (spec.get("cluster"), spec.get("training")))
     gpu = cluster.get("gpu")
