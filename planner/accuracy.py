@@ -20,7 +20,7 @@ PLANNER_DIR = Path(__file__).resolve().parent
 ROOT = PLANNER_DIR.parent
 SNAPSHOT = PLANNER_DIR / "data" / "validation.json"
 # Launch-script details of published_runs.json rows (micro-batch, interleaving, gradient-overlap), by run id.
-DEFAULT_CONFIGS = ROOT / "tests" / "engine" / "data" / "published_run_configs.json"
+DEFAULT_CONFIGS = PLANNER_DIR / "data" / "published_run_configs.json"
 
 # Longest name first, so that "GB200" is not read as "B200" nor "GB300" as "B300".
 GENERATIONS = ("GB300", "GB200", "B300", "B200", "H200", "H800", "H100", "A100", "V100")
@@ -60,7 +60,7 @@ def number_files() -> list[Path]:
     code = [p for p in sorted(PLANNER_DIR.glob("*.py")) if p.name not in ("cli.py", "__main__.py")]
     data = [p for p in sorted((PLANNER_DIR / "data").glob("*.json")) if p != SNAPSHOT]
     fixtures = sorted((ROOT / "fixtures").glob("*.json"))
-    return code + data + fixtures + ([DEFAULT_CONFIGS] if DEFAULT_CONFIGS.exists() else [])
+    return code + data + fixtures
 
 
 @lru_cache(maxsize=1)

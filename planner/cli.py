@@ -54,12 +54,16 @@ def _run(argv: list[str] | None) -> int:
         description="Predict every row of published_runs.json-style files with its published layout pinned and "
                     "print the error per row, per group and per GPU generation and precision (held-out rows, "
                     "planner/holdout.py, also apart). Without FILE: planner/data/published_runs.json and "
-                    "planner/data/calibration_runs.json with the launch-script details of "
-                    "tests/engine/data/published_run_configs.json. A few seconds for those 349 rows without --search.")
+                    "planner/data/calibration_runs.json. The launch-script details of "
+                    "planner/data/published_run_configs.json fill what a row of any FILE leaves null, by run id. "
+                    "A few seconds for those 349 rows without --search.")
     v.add_argument("runs", nargs="*", metavar="FILE",
                    help='a published_runs.json-style file ({"cases": [...]} or a list of rows)')
-    v.add_argument("--configs", help="launch-script details by run id (default with no FILE: "
-                                     "tests/engine/data/published_run_configs.json)")
+    c = v.add_mutually_exclusive_group()
+    c.add_argument("--configs", help="launch-script details by run id (default: "
+                                     "planner/data/published_run_configs.json)")
+    c.add_argument("--no-configs", action="store_true",
+                   help="cost the rows exactly as their files state them, without launch-script details")
     v.add_argument("--json", action="store_true", help="print the whole validation as one JSON object")
     v.add_argument("--search", action="store_true",
                    help="also search each modelled row's spec with no layout pinned and report the gain the search "
@@ -102,11 +106,8 @@ def _run(argv: list[str] | None) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    runs, configs = args.runs, args.configs
-    if not runs:
-        runs = list(DEFAULT_RUNS)
-        configs = configs or (DEFAULT_CONFIGS if DEFAULT_CONFIGS.exists() else None)
-    result = validate(runs, search=args.search, configs=configs)
+    configs = None if args.no_configs else (args.configs or DEFAULT_CONFIGS)
+    result = validate(args.runs or list(DEFAULT_RUNS), search=args.search, configs=configs)
     if args.json:
         json.dump(result, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -469,10 +469,16 @@ class Comparison:
         return None if self.predicted_s is None else self.predicted_s / self.measured_s - 1.0
 
 
-def apply_overlay(doc: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
-    """Add layout details the row leaves null but its authors published elsewhere (launch scripts)."""
-    for key in ("micro_batch", "vpp", "recompute", "sequence_parallel", "zero"):
-        if key in overlay:
+# An overlay's layout key and the row field that states it; the row's own value wins.
+OVERLAY_ROW_FIELDS = {"micro_batch": "micro_batch", "vpp": "vp", "recompute": "recompute",
+                      "sequence_parallel": "sequence_parallel", "zero": "optimizer_sharding"}
+
+
+def apply_overlay(doc: dict[str, Any], overlay: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """Add layout details the row leaves null but its authors published elsewhere (launch scripts). A detail the
+    row states itself is kept, so an edited copy of a reference row is costed as edited."""
+    for key, field in OVERLAY_ROW_FIELDS.items():
+        if key in overlay and row.get(field) is None:
             doc["layout"][key] = overlay[key]
     if "overlap_grad_reduce" in overlay:
         doc["training"]["overlap_grad_reduce"] = overlay["overlap_grad_reduce"]
@@ -486,7 +492,7 @@ def compare(rows: list[dict[str, Any]], catalog: Catalog | None = None,
     for row in rows:
         try:
             row = checked_row(row)
-            doc = apply_overlay(row_to_spec_doc(row, catalog), (overlays or {}).get(row.get("id"), {}))
+            doc = apply_overlay(row_to_spec_doc(row, catalog), (overlays or {}).get(row.get("id"), {}), row)
             spec = parse_spec(doc, catalog)
         except (SpecError, KeyError, TypeError, ValueError) as exc:
             # A row this harness cannot turn into a spec is reported, not raised: one odd row must not hide

@@ -45,9 +45,11 @@ MAX_FILE_BYTES = 64 << 20      # a run file is read whole; the reference files t
 CONSTANT_LINE = re.compile(r"^[A-Z][A-Z0-9_]* = ")
 
 
-def validate(paths: Iterable[Path | str] = DEFAULT_RUNS, search: bool = False, configs: Path | str | None = None,
-             catalog: Catalog | None = None) -> dict[str, Any]:
-    """The validation of every row in `paths` as a JSON-able dict (see the module docstring).
+def validate(paths: Iterable[Path | str] = DEFAULT_RUNS, search: bool = False,
+             configs: Path | str | None = DEFAULT_CONFIGS, catalog: Catalog | None = None) -> dict[str, Any]:
+    """The validation of every row in `paths` as a JSON-able dict (see the module docstring). `configs` adds the
+    launch-script details its runs' rows leave null, by run id, whatever file a row comes from (None: none), so
+    the reference rows give the same figures read from this package or from a copy.
     Raises SpecError naming `runs` or `configs` when a file cannot be read."""
     catalog = catalog or load_catalog()
     overlays = read_configs(configs) if configs else {}
@@ -166,7 +168,7 @@ def add_search_gain(entry: dict[str, Any], row: dict[str, Any], catalog: Catalog
                     overlays: dict[str, dict[str, Any]], searched: dict[str, tuple[float | None, str]]) -> None:
     """search_gain = published layout's step / best unpinned step - 1, on the row's spec with no layout pins
     (Comparison.predicted_s is the published layout's step). `searched` caches by spec, so duplicates are free."""
-    doc = apply_overlay(row_to_spec_doc(row, catalog), overlays.get(entry["id"], {}))
+    doc = apply_overlay(row_to_spec_doc(row, catalog), overlays.get(entry["id"], {}), row)
     doc.pop("layout", None)
     key = json.dumps(doc, sort_keys=True)
     if key not in searched:

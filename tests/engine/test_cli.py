@@ -96,9 +96,14 @@ def test_the_engine_imports_without_django():
 
 def test_validate_prints_the_error_table():
     out = run("validate", str(ROOT / "planner" / "data" / "published_runs.json"),
-              "--configs", str(ROOT / "tests" / "engine" / "data" / "published_run_configs.json"))
+              "--configs", str(ROOT / "planner" / "data" / "published_run_configs.json"))
     assert out.returncode == 0, out.stderr
     assert "sc21_t1_1008.0B" in out.stdout and "median |error|" in out.stdout
+
+
+def test_validate_configs_and_no_configs_exclude_each_other():
+    out = run("validate", "--configs", "x.json", "--no-configs")
+    assert out.returncode == 2 and "not allowed with argument" in out.stderr
 
 
 def test_validate_of_a_missing_file_is_a_clear_error(tmp_path):

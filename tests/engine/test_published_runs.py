@@ -17,7 +17,7 @@ from planner.spec import parse_spec
 from .conftest import DATA
 
 RUNS = DATA / "published_runs.json"
-OVERLAYS = Path(__file__).parent / "data" / "published_run_configs.json"
+OVERLAYS = DATA / "published_run_configs.json"
 
 
 @pytest.fixture(scope="module")

@@ -251,3 +251,25 @@ def test_the_stored_validation_is_measured_with_this_engine(catalog):
     keep = ("id", "measured_s", "predicted_s", "err", "layout")
     assert [{k: r[k] for k in keep} for r in again["rows"]] == [{k: r[k] for k in keep} for r in snapshot["rows"]]
     assert load_overlays(DEFAULT_CONFIGS)  # the launch-script details the snapshot used
+
+
+def test_a_copy_of_the_reference_files_gets_the_same_figures(tmp_path, catalog):
+    """The launch-script details are keyed by run id, not by file: validating a copy (as the shared
+    reference set is) must not give other numbers than validating the package's own files."""
+    copy_path = tmp_path / "published_copy.json"
+    copy_path.write_text((DATA / "published_runs.json").read_text())
+    ours = validate([DATA / "published_runs.json"], catalog=catalog)
+    theirs = validate([copy_path], catalog=catalog)
+    assert [r["err"] for r in theirs["rows"]] == [r["err"] for r in ours["rows"]]
+    row = next(r for r in theirs["rows"] if r["id"] == "sc21_t1_18.4B")
+    assert "mb8 " in row["layout"]  # run_table_1.sh's MBS for 18.4B, which the row leaves null
+    bare = validate([copy_path], configs=None, catalog=catalog)
+    assert "mb8 " not in next(r for r in bare["rows"] if r["id"] == "sc21_t1_18.4B")["layout"]
+
+
+def test_a_row_that_states_a_launch_detail_keeps_it(tmp_path, catalog):
+    row = dict(published("sc21_t1_18.4B")[0], micro_batch=4)
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps({"cases": [row]}))
+    (entry,) = validate([path], catalog=catalog)["rows"]
+    assert "mb4 " in entry["layout"] and entry["err"] is not None
