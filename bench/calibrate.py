@@ -21,11 +21,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from planner import constants as C  # noqa: E402
 from planner.catalog import load_catalog  # noqa: E402
 from planner.holdout import is_holdout  # noqa: E402
+from planner.accuracy import DEFAULT_CONFIGS  # noqa: E402
 from planner.published import Comparison, compare, load_overlays, load_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = (ROOT / "planner" / "data" / "published_runs.json", ROOT / "planner" / "data" / "calibration_runs.json")
-OVERLAYS = load_overlays(ROOT / "planner" / "data" / "published_run_configs.json")
+OVERLAYS = load_overlays(DEFAULT_CONFIGS)
 FITTED = {  # name: candidate values within the physical range stated in constants.py
     "GEMM_K_HALF": [32, 48, 64, 96, 128, 192, 256],
     "COMM_INTERFERENCE": [0.05, 0.1, 0.15, 0.2, 0.25, 0.3],

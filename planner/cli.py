@@ -60,8 +60,8 @@ def _run(argv: list[str] | None) -> int:
     v.add_argument("runs", nargs="*", metavar="FILE",
                    help='a published_runs.json-style file ({"cases": [...]} or a list of rows)')
     c = v.add_mutually_exclusive_group()
-    c.add_argument("--configs", help="launch-script details by run id (default: "
-                                     "planner/data/published_run_configs.json)")
+    c.add_argument("--configs", default=DEFAULT_CONFIGS,
+                   help="launch-script details by run id (default: planner/data/published_run_configs.json)")
     c.add_argument("--no-configs", action="store_true",
                    help="cost the rows exactly as their files state them, without launch-script details")
     v.add_argument("--json", action="store_true", help="print the whole validation as one JSON object")
@@ -106,7 +106,7 @@ def _run(argv: list[str] | None) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    configs = None if args.no_configs else (args.configs or DEFAULT_CONFIGS)
+    configs = None if args.no_configs else args.configs
     result = validate(args.runs or list(DEFAULT_RUNS), search=args.search, configs=configs)
     if args.json:
         json.dump(result, sys.stdout, indent=1)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from planner import accuracy
+from planner.accuracy import DEFAULT_CONFIGS
 
 from .conftest import EXAMPLES
 
@@ -96,7 +97,7 @@ def test_the_engine_imports_without_django():
 
 def test_validate_prints_the_error_table():
     out = run("validate", str(ROOT / "planner" / "data" / "published_runs.json"),
-              "--configs", str(ROOT / "planner" / "data" / "published_run_configs.json"))
+              "--configs", str(DEFAULT_CONFIGS))
     assert out.returncode == 0, out.stderr
     assert "sc21_t1_1008.0B" in out.stdout and "median |error|" in out.stdout
 

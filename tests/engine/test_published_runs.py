@@ -11,13 +11,14 @@ import pytest
 
 from planner.published import (WITHOUT_MARGIN, compare, error_table, load_overlays, load_rows, measured_step_time,
                                row_to_spec_doc)
+from planner.accuracy import DEFAULT_CONFIGS
 from planner.report import plan
 from planner.spec import parse_spec
 
 from .conftest import DATA
 
 RUNS = DATA / "published_runs.json"
-OVERLAYS = DATA / "published_run_configs.json"
+OVERLAYS = DEFAULT_CONFIGS
 
 
 @pytest.fixture(scope="module")
