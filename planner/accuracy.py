@@ -139,24 +139,34 @@ def ranking(snapshot: dict[str, Any], tie_within: float | None) -> dict[str, Any
     the best are not reliably ordered, and the search's claimed gain over published layouts (`validate --search`)
     says how far a predicted gain is a lead rather than a saving. The claimed gain is given per source, as the
     median of the groups' medians, beside the pooled median: one source supplies most of the reference rows, and
-    the pooled figure is mostly its."""
+    the pooled figure is mostly its. The gain with the runs' own options kept (recomputation, ZeRO stage, sequence
+    parallelism) is given the same way, where the snapshot has it: what the parallel layout alone buys."""
     groups = snapshot.get("groups") or {}
-    gains = [g["median_search_gain"] for g in groups.values() if g.get("median_search_gain") is not None]
+    by_group, sources = _median_of_groups(groups, "median_search_gain")
+    same_options, _ = _median_of_groups(groups, "median_search_gain_same_options")
     pooled = (snapshot.get("summary") or {}).get("median_search_gain")
-    by_group = statistics.median(gains) if gains else None
     parts = []
     if tie_within is not None:
         parts.append(f"Layouts within {tie_within:.0%} of the best step time (the median error above) are not "
                      f"reliably ordered: choose among them on memory headroom or the simpler launch")
     if by_group is not None:
         pooled_text = f"; {pooled:.0%} pooled over all runs" if pooled is not None else ""
+        kept_text = (f", and {same_options:.0%} with each run's recomputation, ZeRO stage and sequence parallelism "
+                     f"kept" if same_options is not None else "")
         parts.append(f"on published runs searched with nothing pinned, the planner predicts its own pick "
-                     f"{by_group:.0%} faster than the published layout (median over {len(gains)} sources"
-                     f"{pooled_text}), though many published layouts were studies, not tuned settings: read a "
-                     f"predicted gain larger than the error as a lead to test, not a measured saving")
+                     f"{by_group:.0%} faster than the published layout (median over {sources} sources"
+                     f"{pooled_text}){kept_text}, though many published layouts were studies, not tuned settings: "
+                     f"read a predicted gain larger than the error as a lead to test, not a measured saving")
     statement = "; ".join(parts)
     return {"tie_within": tie_within, "search_gain_by_source": by_group, "search_gain_pooled": pooled,
-            "sources": len(gains), "statement": statement[:1].upper() + statement[1:] + "." if statement else None}
+            "search_gain_same_options_by_source": same_options, "sources": sources,
+            "statement": statement[:1].upper() + statement[1:] + "." if statement else None}
+
+
+def _median_of_groups(groups: dict[str, Any], key: str) -> tuple[float | None, int]:
+    """The median over the groups that have `key`, and how many have it."""
+    values = [g[key] for g in groups.values() if isinstance(g, dict) and g.get(key) is not None]
+    return (statistics.median(values) if values else None), len(values)
 
 
 def ties(plans: list[dict[str, Any]], tie_within: float | None) -> list[int]:

@@ -238,7 +238,9 @@ HOST_COPY_EFFICIENCY = 0.8
 # (FP8_BLOCKWISE_EXTRA_BYTES).
 # 2.19: ring attention's merge traffic (CP_*_BYTES_*) and training.cp_impl (Transformer Engine or PyTorch's
 # context_parallel, whose fp32 eager merges move several times the bytes).
-ENGINE_VERSION = "2.19"
+# 2.20: the search also tries micro-batches of more than 64 sequences while one holds at most 131,072 tokens
+# (search.MAX_MICRO_BATCH_TOKENS); step times of a given layout unchanged.
+ENGINE_VERSION = "2.20"
 
 
 def as_dict() -> dict[str, float]:

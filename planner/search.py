@@ -23,7 +23,12 @@ from .placement import Placement, PlacementRejected, ep_across_stages, place
 from .spec import RANK_ORDERS, RECOMPUTE, PlanSpec
 from .steptime import group_columns, step_times
 
-MAX_MICRO_BATCH = 64     # larger micro-batches never help at these model sizes and only grow the search
+# Micro-batches searched: up to 64 sequences, or more while a micro-batch holds at most 131,072 tokens (64 of
+# 2,048). Beyond that a GEMM's M (micro-batch x sequence) is far past where it runs near peak, so only fewer
+# per-micro-batch costs remain (ZeRO-3 gathers, launches), and the search grows; llm-foundry's tuned 125M-760M
+# runs at 512 tokens use 96-128 sequences per micro-batch.
+MAX_MICRO_BATCH = 64
+MAX_MICRO_BATCH_TOKENS = 131_072
 MAX_VPP = 16
 CP_CHOICES = (1, 2, 4, 8, 16, 32)
 MAX_CANDIDATES = 2_000_000  # hard bound on the inner product, whatever the input
@@ -121,7 +126,9 @@ def ep_options(spec: PlanSpec, block: int, dp: int) -> list[int]:
 
 def micro_batch_options(spec: PlanSpec, dp: int) -> list[int]:
     per_replica = spec.training.global_batch // dp
-    return _pinned([d for d in divisors(per_replica) if d <= MAX_MICRO_BATCH], spec.layout.micro_batch)
+    seq = spec.model.seq_len
+    return _pinned([d for d in divisors(per_replica) if d <= MAX_MICRO_BATCH or d * seq <= MAX_MICRO_BATCH_TOKENS],
+                   spec.layout.micro_batch)
 
 
 def vpp_options(spec: PlanSpec, pp: int) -> list[int]:

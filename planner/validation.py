@@ -9,6 +9,10 @@ err = predicted / measured - 1 (negative: predicted too fast); the figures use |
 With search=True each modelled row also gets the gain the unpinned search claims over the published layout on
 the same spec (search_gain = published layout's step / best unpinned step - 1). An expert's layout found 20%
 slow is more likely a model error than a discovery, so this measures the ranking, not only the step time.
+A second search keeps the run's own recomputation, ZeRO stage and sequence parallelism (KEPT_OPTIONS) and varies
+only the parallel layout, micro-batch and virtual stages (search_gain_same_options): the gain from choices the
+run's stack may not have had (selective recomputation and sequence parallelism arrived in 2022) apart from the
+ranking of the parallel layouts themselves.
 Identical unpinned specs are searched once, and a spec whose search would consider more than
 SEARCH_MAX_LAYOUTS layouts is skipped (said in the row), so the work stays bounded.
 """
@@ -41,6 +45,10 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_RUNS = (DATA_DIR / "published_runs.json", DATA_DIR / "calibration_runs.json")
 SEARCH_MAX_LAYOUTS = 5_000_000  # the reference files' largest search: ~0.6M layouts, ~3 s
 WITHIN = 0.10                   # "within 10%": |err| <= 0.10
+# The layout fields the second search keeps at the published value: options of the training stack rather than of
+# the placement (what the stack offered, and what the run chose to measure), not the parallel sizes.
+KEPT_OPTIONS = ("recompute", "recompute_fraction", "zero", "sequence_parallel")
+ROUNDING = 1e-5                # relative: a row's predicted_s is kept to 6 significant digits (_r)
 MAX_FILE_BYTES = 64 << 20      # a run file is read whole; the reference files together are 2 MiB
 CONSTANT_LINE = re.compile(r"^[A-Z][A-Z0-9_]* = ")
 
@@ -167,15 +175,22 @@ def states_throughput(row: dict[str, Any]) -> bool:
 def add_search_gain(entry: dict[str, Any], row: dict[str, Any], catalog: Catalog,
                     overlays: dict[str, dict[str, Any]], searched: dict[str, tuple[float | None, str]]) -> None:
     """search_gain = published layout's step / best unpinned step - 1, on the row's spec with no layout pins
-    (Comparison.predicted_s is the published layout's step). `searched` caches by spec, so duplicates are free."""
+    (Comparison.predicted_s is the published layout's step); search_gain_same_options the same with the row's
+    KEPT_OPTIONS pinned. `searched` caches by spec, so duplicates are free."""
     doc = apply_overlay(row_to_spec_doc(row, catalog), overlays.get(entry["id"], {}), row)
-    doc.pop("layout", None)
-    key = json.dumps(doc, sort_keys=True)
-    if key not in searched:
-        searched[key] = _best_unpinned(doc, catalog)
-    best, label = searched[key]
-    entry["search_layout"] = label
-    entry["search_gain"] = _r(entry["predicted_s"] / best - 1.0) if best else None
+    published = doc.pop("layout", None) or {}
+    kept = {k: published[k] for k in KEPT_OPTIONS if k in published}
+    for suffix, pins in (("", None), ("_same_options", kept)):
+        if pins is not None:
+            doc["layout"] = pins
+        key = json.dumps(doc, sort_keys=True)
+        if key not in searched:
+            searched[key] = _best_unpinned(doc, catalog)
+        best, label = searched[key]
+        entry["search_layout" + suffix] = label
+        gain = entry["predicted_s"] / best - 1.0 if best else None
+        # predicted_s carries 6 significant digits: a smaller difference is the same step, not a gain or a loss
+        entry["search_gain" + suffix] = None if gain is None else 0.0 if abs(gain) < ROUNDING else _r(gain)
 
 
 def _best_unpinned(doc: dict[str, Any], catalog: Catalog) -> tuple[float | None, str]:
@@ -185,7 +200,7 @@ def _best_unpinned(doc: dict[str, Any], catalog: Catalog) -> tuple[float | None,
         return None, f"not searched: {size:,} layouts exceed the bound of {SEARCH_MAX_LAYOUTS:,}"
     answer = plan(spec, top=1)
     if not answer["plans"]:
-        return None, "no feasible unpinned layout"
+        return None, "no feasible layout to search"
     return float(answer["plans"][0]["step_time_s"]), answer["plans"][0]["label"]
 
 
@@ -197,7 +212,8 @@ def figures(entries: list[dict[str, Any]], search: bool = False) -> dict[str, An
     """rows; measured (rows that state a step time or throughput); modelled (predicted); median and max |err|;
     within_10pct (fraction of the modelled rows with |err| <= 10%); median_err (signed: < 0 means the model is
     too fast on the median); too_fast (rows predicted faster than measured); memory_rows, memory_median_abs_err and
-    memory_median_err (peak memory per GPU against the rows that state it); median_search_gain with search."""
+    memory_median_err (peak memory per GPU against the rows that state it); median_search_gain and
+    median_search_gain_same_options with search."""
     errs = [e["err"] for e in entries if e["err"] is not None]
     abs_errs = [abs(x) for x in errs]
     out: dict[str, Any] = {
@@ -221,6 +237,8 @@ def figures(entries: list[dict[str, Any]], search: bool = False) -> dict[str, An
         gains = [e["search_gain"] for e in entries if e.get("search_gain") is not None]
         out["searched"] = len(gains)
         out["median_search_gain"] = _r(statistics.median(gains)) if gains else None
+        kept = [e["search_gain_same_options"] for e in entries if e.get("search_gain_same_options") is not None]
+        out["median_search_gain_same_options"] = _r(statistics.median(kept)) if kept else None
     return out
 
 
@@ -314,37 +332,46 @@ def _r(x: float | None) -> float | None:
 def print_validation(result: dict[str, Any], out: TextIO) -> None:
     """Rows (held-out ones marked *), then the figures per group, per GPU generation and precision, and overall."""
     search = result.get("search", False)
-    gain = f" {'gain':>7}" if search else ""
+    gain = f" {'gain':>7} {'kept':>7}" if search else ""
     w = min(60, max([len(e["id"]) + 1 for e in result["rows"]] + [40]))
     out.write(f"{'run':<{w}} {'GPU prec':<11} {'GPUs':>6} {'measured s':>10} {'predicted s':>11} {'error':>7}{gain}"
               "  layout (or why not modelled)\n")
     for e in result["rows"]:
         pred = f"{e['predicted_s']:11.4g}" if e["predicted_s"] is not None else f"{'-':>11}"
         meas = f"{e['measured_s']:10.4g}" if e["measured_s"] is not None else f"{'-':>10}"
-        row_gain = f" {_pct(e.get('search_gain')):>7}" if search else ""
+        row_gain = (f" {_pct(e.get('search_gain')):>7} {_pct(e.get('search_gain_same_options')):>7}"
+                    if search else "")
         name = ("*" if e["holdout"] else " ") + e["id"]
         out.write(f"{name[:w]:<{w}} {e['generation'] + ' ' + e['precision']:<11} {e['gpus'] or '':>6} {meas} "
                   f"{pred} {_pct(e['err'], signed=True):>7}{row_gain}  {e['layout'] or _one_line(e['why'])}\n")
     out.write("* held out of every fit (planner/holdout.py)\n")
+    if search:
+        out.write(f"gain: published layout's step / the search's best - 1; kept: the same with the run's "
+                  f"{', '.join(KEPT_OPTIONS)} kept\n")
     for title, table in (("group", result["groups"]), ("GPU and precision", result["by_generation_precision"])):
         out.write(f"\n{'by ' + title:<40} {'rows':>5} {'measured':>8} {'modelled':>8} {'median |err|':>12} "
-                  f"{'max |err|':>9} {'within 10%':>10}{' search gain' if search else ''}\n")
+                  f"{'max |err|':>9} {'within 10%':>10}{' search gain    kept' if search else ''}\n")
         for name, f in table.items():
             out.write(f"{name[:40]:<40} {f['rows']:>5} {f['measured']:>8} {f['modelled']:>8} "
                       f"{_pct(f['median_abs_err']):>12} {_pct(f['max_abs_err']):>9} {_pct(f['within_10pct']):>10}"
-                      f"{' ' + format(_pct(f.get('median_search_gain')), '>11') if search else ''}\n")
+                      f"{_gains(f) if search else ''}\n")
     out.write("\n")
     for title, f in (("all rows", result["summary"]), ("held out", result["holdout"])):
         out.write(f"{title}: median |error| {_pct(f['median_abs_err'])}, max |error| {_pct(f['max_abs_err'])}, "
                   f"{_pct(f['within_10pct'])} within 10%, {f['too_fast']} predicted too fast; "
                   f"{f['modelled']} of {f['measured']} runs with a throughput modelled ({f['rows']} rows)")
         if search:
-            out.write(f"; median search gain {_pct(f.get('median_search_gain'))}")
+            out.write(f"; median search gain {_pct(f.get('median_search_gain'))}, "
+                      f"{_pct(f.get('median_search_gain_same_options'))} with the runs' options kept")
         out.write("\n")
         if f.get("memory_rows"):
             out.write(f"  peak memory per GPU against the {f['memory_rows']} runs that state it: median |error| "
                       f"{_pct(f['memory_median_abs_err'])}, median {_pct(f['memory_median_err'], signed=True)}\n")
     out.write(f"engine {result['engine']['version']} ({result['engine']['fingerprint']})\n")
+
+
+def _gains(f: dict[str, Any]) -> str:
+    return f" {_pct(f.get('median_search_gain')):>11} {_pct(f.get('median_search_gain_same_options')):>7}"
 
 
 def _pct(x: float | None, signed: bool = False) -> str:

@@ -181,8 +181,11 @@ def test_validate_search_adds_the_claimed_gain(tmp_path):
     result = json.loads(out.stdout)
     gain = result["rows"][0]["search_gain"]
     assert gain >= 0 and result["summary"]["median_search_gain"] == gain
+    kept = result["rows"][0]["search_gain_same_options"]
+    assert 0 <= kept <= gain and result["summary"]["median_search_gain_same_options"] == kept
     table = run("validate", str(path), "--search")
-    assert "median search gain" in table.stdout and "gain" in table.stdout.splitlines()[0]
+    assert "median search gain" in table.stdout and "with the runs' options kept" in table.stdout
+    assert table.stdout.splitlines()[0].split()[9:11] == ["gain", "kept"]
 
 
 def test_validate_input_errors_name_the_argument(tmp_path):

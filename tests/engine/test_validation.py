@@ -139,6 +139,34 @@ def test_search_gain_is_the_published_layouts_step_over_the_best_unpinned_one(tm
     assert result["summary"]["median_search_gain"] == row["search_gain"] and result["summary"]["searched"] == 1
 
 
+def test_the_second_search_keeps_the_runs_own_options(tmp_path, catalog):
+    """search_gain_same_options: the row's recomputation, ZeRO stage and sequence parallelism pinned, the parallel
+    layout, micro-batch and virtual stages searched. Megatron's 2020 runs recomputed every layer; the unpinned
+    search drops that, the second search may not, so its gain is the smaller."""
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(published("meg2020_a100_8B")))
+    [row] = validate([path], search=True, catalog=catalog)["rows"]
+    doc = row_to_spec_doc(published("meg2020_a100_8B")[0], catalog)
+    assert doc["layout"]["recompute"] == "full" and doc["layout"]["tp"] == 8
+    doc["layout"] = {"recompute": "full", "zero": doc["layout"].get("zero", 0),
+                     "sequence_parallel": doc["layout"].get("sequence_parallel", False)}
+    best = plan(parse_spec(doc, catalog), top=1)["plans"][0]
+    assert best["layout"]["recompute"] == "full" and best["layout"]["zero"] == 0
+    assert row["search_layout_same_options"] == best["label"] and "full recompute" in best["label"]
+    assert row["search_gain_same_options"] == pytest.approx(row["predicted_s"] / best["step_time_s"] - 1, abs=1e-5)
+    assert 0 < row["search_gain_same_options"] < row["search_gain"]
+    assert "full recompute" not in row["search_layout"]
+
+
+def test_a_search_that_finds_the_published_step_claims_no_gain(tmp_path, catalog):
+    """A row's predicted_s is kept to 6 significant digits, so the search finding the same layout differs from it
+    by a few parts in a million: that is reported as 0, not as a gain or a loss."""
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(published("meg2020_a100_1B")))
+    [row] = validate([path], search=True, catalog=catalog)["rows"]
+    assert row["search_layout_same_options"] == row["layout"] and row["search_gain_same_options"] == 0.0
+
+
 @pytest.mark.parametrize("text, generation", [
     ("H100-80GB (table: h100_80gb; MFU computed with H100-SXM peak)", "H100"), ("GB300 (Blackwell Ultra)", "GB300"),
     ("GB200", "GB200"), ("B200", "B200"), ("B300 (Blackwell Ultra)", "B300"), ("V100 (DGX-2)", "V100"),
@@ -205,9 +233,16 @@ def test_the_order_is_trusted_as_far_as_the_error_and_the_claimed_gains_say():
     order = accuracy.ranking(snapshot, 0.04)
     assert (order["tie_within"], order["search_gain_by_source"], order["search_gain_pooled"], order["sources"]) == \
         (0.04, 0.2, 0.05, 3)
+    assert order["search_gain_same_options_by_source"] is None and "kept" not in order["statement"]
     assert order["statement"].startswith("Layouts within 4% of the best step time")
     assert "its own pick 20% faster than the published layout (median over 3 sources; 5% pooled over all runs)" \
         in order["statement"]
+    for name, kept in (("a", 0.02), ("b", 0.09), ("c", 0.04)):
+        snapshot["groups"][name]["median_search_gain_same_options"] = kept
+    order = accuracy.ranking(snapshot, 0.04)
+    assert order["search_gain_same_options_by_source"] == 0.04
+    assert ("5% pooled over all runs), and 4% with each run's recomputation, ZeRO stage and sequence parallelism "
+            "kept, though") in order["statement"]
     unsearched = accuracy.ranking({"groups": {"a": {"median_search_gain": None}}}, 0.04)
     assert unsearched["search_gain_by_source"] is None and "pick" not in unsearched["statement"]
     assert accuracy.ranking({}, None)["statement"] is None

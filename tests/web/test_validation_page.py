@@ -145,6 +145,10 @@ def test_the_page_gives_the_claimed_search_gain_per_source_beside_the_pooled_one
     assert 'id="search-by-source"' in page
     assert f"is {percent(by_source)} over {len(medians)}" in page
     assert f"against {percent(snapshot['summary']['median_search_gain'])} pooled" in page
+    kept = statistics.median(g["median_search_gain_same_options"] for g in snapshot["groups"].values()
+                             if g.get("median_search_gain_same_options") is not None)
+    assert f'<span id="search-same-options">with the runs\' options kept, {percent(kept)} per source</span>' in page
+    assert page.count("<th>With the run's options</th>") == 4  # summary, cohorts, groups, every run
 
 
 def test_a_plan_compared_with_one_published_run_says_run(client, small_spec, seeded):
