@@ -185,7 +185,7 @@ def add_search_gain(entry: dict[str, Any], row: dict[str, Any], catalog: Catalog
             doc["layout"] = pins
         key = json.dumps(doc, sort_keys=True)
         if key not in searched:
-            searched[key] = _best_unpinned(doc, catalog)
+            searched[key] = _best_searched(doc, catalog)
         best, label = searched[key]
         entry["search_layout" + suffix] = label
         gain = entry["predicted_s"] / best - 1.0 if best else None
@@ -193,7 +193,7 @@ def add_search_gain(entry: dict[str, Any], row: dict[str, Any], catalog: Catalog
         entry["search_gain" + suffix] = None if gain is None else 0.0 if abs(gain) < ROUNDING else _r(gain)
 
 
-def _best_unpinned(doc: dict[str, Any], catalog: Catalog) -> tuple[float | None, str]:
+def _best_searched(doc: dict[str, Any], catalog: Catalog) -> tuple[float | None, str]:
     spec = parse_spec(copy.deepcopy(doc), catalog)
     size = estimate_layouts(spec)
     if size > SEARCH_MAX_LAYOUTS:
