@@ -48,7 +48,6 @@ WITHIN = 0.10                   # "within 10%": |err| <= 0.10
 # The layout fields the second search keeps at the published value: options of the training stack rather than of
 # the placement (what the stack offered, and what the run chose to measure), not the parallel sizes.
 KEPT_OPTIONS = ("recompute", "recompute_fraction", "zero", "sequence_parallel")
-ROUNDING = 1e-5                # relative: a row's predicted_s is kept to 6 significant digits (_r)
 MAX_FILE_BYTES = 64 << 20      # a run file is read whole; the reference files together are 2 MiB
 CONSTANT_LINE = re.compile(r"^[A-Z][A-Z0-9_]* = ")
 
@@ -188,9 +187,8 @@ def add_search_gain(entry: dict[str, Any], row: dict[str, Any], catalog: Catalog
             searched[key] = _best_searched(doc, catalog)
         best, label = searched[key]
         entry["search_layout" + suffix] = label
-        gain = entry["predicted_s"] / best - 1.0 if best else None
-        # predicted_s carries 6 significant digits: a smaller difference is the same step, not a gain or a loss
-        entry["search_gain" + suffix] = None if gain is None else 0.0 if abs(gain) < ROUNDING else _r(gain)
+        # at predicted_s's precision (_r), so the search finding the published layout claims exactly nothing
+        entry["search_gain" + suffix] = _r(entry["predicted_s"] / _r(best) - 1.0) if best else None
 
 
 def _best_searched(doc: dict[str, Any], catalog: Catalog) -> tuple[float | None, str]:

@@ -159,8 +159,9 @@ def test_the_second_search_keeps_the_runs_own_options(tmp_path, catalog):
 
 
 def test_a_search_that_finds_the_published_step_claims_no_gain(tmp_path, catalog):
-    """A row's predicted_s is kept to 6 significant digits, so the search finding the same layout differs from it
-    by a few parts in a million: that is reported as 0, not as a gain or a loss."""
+    """A row's predicted_s is kept to 6 significant digits, and the search's best step is compared at the same
+    precision, so the search finding the published layout reports exactly 0, not a gain or a loss of a few parts
+    in a million."""
     path = tmp_path / "one.json"
     path.write_text(json.dumps(published("meg2020_a100_1B")))
     [row] = validate([path], search=True, catalog=catalog)["rows"]
