@@ -240,7 +240,9 @@ HOST_COPY_EFFICIENCY = 0.8
 # context_parallel, whose fp32 eager merges move several times the bytes).
 # 2.20: the search also tries micro-batches of more than 64 sequences while one holds at most 131,072 tokens
 # (search.MAX_MICRO_BATCH_TOKENS); step times of a given layout unchanged.
-ENGINE_VERSION = "2.20"
+# 2.21: training.tp_wgrad_overlap (default on): the backward's QKV and MLP-up input-gradient reductions run beside
+# their weight-gradient GEMMs, as Megatron and Transformer Engine do; off for PyTorch TP and 2020-21 Megatron rows.
+ENGINE_VERSION = "2.21"
 
 
 def as_dict() -> dict[str, float]:

@@ -290,6 +290,7 @@ def row_to_spec_doc(row: dict[str, Any], catalog: Catalog, gated: bool | None = 
     return _deepspeed_pipeline(row, _pipelined_fsdp(row, {"model": model,
             "training": {"global_batch": _global_batch(row), "precision": rt.precision(row, gpu),
                          "attention": rt.attention_kernel(row, gpu), "tp_comm_overlap": rt.tp_overlap(row),
+                         "tp_wgrad_overlap": rt.tp_wgrad_overlap(row, gpu),
                          "elementwise": rt.elementwise(row), "projections": rt.projections(row),
                          "cross_entropy": rt.cross_entropy(row),
                          "checkpoint_impl": "pytorch" if native else "megatron",

@@ -603,10 +603,28 @@ def attention_kernel(row: dict[str, Any], gpu: str) -> str:
         return "flash"  # Transformer Engine runs FlashAttention before Hopper
     # Stacks that postdate FlashAttention and run a flash kernel on any GPU: torchtitan and torchao (SDPA),
     # fms-fsdp (SDPA), llm-foundry (attn_impl flash or triton, read above where the row names it).
+    return "unfused" if _before_2022(row, gpu) else "flash"
+
+
+def _before_2022(row: dict[str, Any], gpu: str) -> bool:
+    """A Megatron-style run of 2020-21: on V100/A100, by no stack that postdates FlashAttention (torchtitan,
+    torchao, fms-fsdp, llm-foundry) and in neither the F_ nor the M_ groups (the published 2020-21 Megatron
+    rows: Megatron-LM's 2020 README, Narayanan et al. 2021), nor a Transformer Engine stack (2022 on)."""
+    if TE_STACKS.search(text_of(row, "notes", "arch_notes", "model")):
+        return False
     flash_era = any(affirmed(re.escape(w), text_of(row, "id", "notes", "model", "optimizer_sharding"))
                     for w in FLASH_ERA_STACKS) and not megatron_stack(row)
-    pre_flash = pre_hopper and not flash_era and not str(row.get("group") or "").startswith(("F_", "M_"))
-    return "unfused" if pre_flash else "flash"
+    pre_hopper = any(g in gpu for g in PRE_FLASH_GPUS)
+    return pre_hopper and not flash_era and not str(row.get("group") or "").startswith(("F_", "M_"))
+
+
+def tp_wgrad_overlap(row: dict[str, Any], gpu: str) -> bool:
+    """The backward's input-gradient reductions of the QKV and MLP-up layers run beside their weight-gradient
+    GEMMs (training.tp_wgrad_overlap) for Megatron-family stacks after September 2021 (Megatron-LM 3f65246911,
+    2021-09-02, made it the default; Megatron-Core and Transformer Engine keep it); not for PyTorch's tensor
+    parallelism (the PyTorch-native stacks: DTensor reduces the gradient after both GEMMs) nor for the
+    Megatron-LM runs of 2020-21, which predate it."""
+    return not native_stack(row) and not _before_2022(row, gpu)
 
 
 FLASH_ERA_STACKS = ("torchtitan", "torchao", "fms-fsdp", "llm-foundry")

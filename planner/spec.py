@@ -100,6 +100,13 @@ TRAINING_FIELDS = (
     Field("tp_comm_overlap", bool, False,
           help="Overlap tensor-parallel collectives with the GEMMs they feed (Megatron --tp-comm-overlap, "
                "torchtitan async TP); off = synchronous, the Megatron default."),
+    Field("tp_wgrad_overlap", bool, True,
+          help="In the backward pass, reduce the input gradient of the QKV and MLP-up layers (reduce-scatter with "
+               "sequence parallelism, else all-reduce) while their weight-gradient GEMMs run: what Megatron's and "
+               "Transformer Engine's linear layers do by default (Megatron-LM since September 2021, Megatron-Core, "
+               "NeMo); off = the reduction follows both GEMMs (PyTorch's tensor parallelism, torchtitan without "
+               "async TP; Megatron-LM of 2020-21). Ignored with tp_comm_overlap, which overlaps every TP "
+               "collective."),
     Field("fp8_recipe", str, "tensorwise", choices=FP8_RECIPES,
           help="With fp8: tensorwise (one scale per tensor: Transformer Engine delayed scaling, torchao tensorwise), "
                "rowwise (torchao: one per row; for the backward each input is scanned by column and quantised again "
@@ -359,6 +366,7 @@ class TrainingSpec:
     overlap_grad_reduce: bool
     attention: str
     tp_comm_overlap: bool = False
+    tp_wgrad_overlap: bool = True
     elementwise: str = "fused"
     ep_comm_overlap: bool = False
     fp8_param_gather: bool = False

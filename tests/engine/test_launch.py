@@ -421,6 +421,14 @@ def test_the_costed_stack_behaviours_reach_megatron_and_torchtitan():
     assert "enable_async_tensor_parallel" not in toml["parallelism"]
     assert "checkpoint_impl megatron" in " ".join(titan.notes)
     assert "projections fused" in " ".join(titan.notes)
+    # Megatron reduces the backward's QKV and MLP-up input gradients beside their weight gradients, always;
+    # PyTorch's tensor parallelism never: each export says where the plan assumed otherwise.
+    assert "tp_wgrad_overlap:" in " ".join(titan.notes)
+    assert "tp_wgrad_overlap" not in " ".join(launch_config(spec, entry, "megatron").notes)
+    off, off_entry = small_plan(H100_32, {"tp": 4, "pp": 1, "zero": 1, "sequence_parallel": True,
+                                          "recompute": "full"}, {"tp_wgrad_overlap": False})
+    assert "tp_wgrad_overlap off" in " ".join(launch_config(off, off_entry, "megatron").notes)
+    assert "tp_wgrad_overlap" not in " ".join(launch_config(off, off_entry, "torchtitan").notes)
     assert m["--attention-backend"] == "flash" and "attention kernel" not in " ".join(titan.notes)
     # cuDNN attention is Megatron's "fused" backend (Transformer Engine's FusedAttention); torchtitan says where
     # its SDPA runs cuDNN.

@@ -42,6 +42,31 @@ def test_tp_comm_overlap_hides_most_tensor_parallel_traffic(catalog, gpt3_doc):
     assert 0 < overlapped < 0.5 * sync
 
 
+@pytest.mark.parametrize("sp, reduction", [(True, "reduce_scatter"), (False, "all_reduce")])
+def test_the_backward_reductions_of_qkv_and_mlp_up_hide_behind_their_weight_gradients(catalog, gpt3_doc, sp,
+                                                                                      reduction):
+    """Megatron's default: of a layer's 6 TP reductions (forward 2, full recomputation 2, backward 2) the backward's
+    two run beside GPT-3's large weight-gradient GEMMs, leaving their interference; the gathers stay exposed."""
+    from planner import constants as C
+    gpt3_doc["layout"] = {"tp": 8, "pp": 16, "dp": 8, "micro_batch": 1, "vpp": 1, "sequence_parallel": sp,
+                          "recompute": "full", "zero": 1}
+
+    def comm(overlap: bool) -> dict:
+        gpt3_doc["training"]["tp_wgrad_overlap"] = overlap
+        return {c["collective"]: c for c in best(gpt3_doc, catalog)["comm"] if c["group"] == "tp"}
+    off, on = comm(False), comm(True)
+    assert off[reduction]["exposed_s"] == pytest.approx(off[reduction]["time_s"])
+    assert on[reduction]["time_s"] == pytest.approx(off[reduction]["time_s"])
+    assert on[reduction]["exposed_s"] == pytest.approx(on[reduction]["time_s"] * (4 + 2 * C.COMM_INTERFERENCE) / 6,
+                                                    rel=1e-5)
+    if sp:
+        assert on["all_gather"]["exposed_s"] == pytest.approx(off["all_gather"]["exposed_s"])
+    # --tp-comm-overlap overlaps every collective; the option changes nothing beside it.
+    gpt3_doc["layout"]["sequence_parallel"] = True
+    gpt3_doc["training"]["tp_comm_overlap"] = True
+    assert comm(True)["reduce_scatter"]["exposed_s"] == pytest.approx(comm(False)["reduce_scatter"]["exposed_s"])
+
+
 def test_fp8_gains_far_less_than_twice_end_to_end(catalog):
     bf16 = best(llama_8b_fsdp(catalog, 8), catalog)["step_time_s"]
     fp8 = best(llama_8b_fsdp(catalog, 8, precision="fp8"), catalog)["step_time_s"]

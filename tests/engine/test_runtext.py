@@ -363,6 +363,17 @@ def test_tp_overlap_is_on_only_where_the_row_says_so(notes, overlap):
     assert rt.tp_overlap({"notes": notes}) is overlap
 
 
+@pytest.mark.parametrize("row, gpu, overlap", [
+    ({"group": "M_nemotron4_15b", "notes": "Megatron-Core"}, "H100 SXM5 80GB", True),
+    ({"group": "A_sc21_table1_weak_scaling", "notes": "Megatron-LM"}, "A100 SXM4 80GB", False),
+    ({"group": "A3_megatron_readme_2020"}, "V100 SXM3 32GB", False),
+    ({"group": "F_torchtitan_asynctp_h100_202506", "notes": "vanilla TP"}, "H100 SXM5 80GB", False),
+    ({"group": "X", "notes": "NeMo 2.0, Transformer Engine"}, "A100 SXM4 80GB", True),
+])
+def test_the_backward_tp_reductions_overlap_in_megatron_stacks_since_2021(row, gpu, overlap):
+    assert rt.tp_wgrad_overlap(row, gpu) is overlap
+
+
 @pytest.mark.parametrize("row, deepspeed", [
     ({"notes": "Megatron-DeepSpeed, DeepSpeed pipeline engine"}, True),
     ({"optimizer_sharding": "DeepSpeed ZeRO stage 1"}, True),
