@@ -47,6 +47,7 @@ LABELS = {
     "tp": "TP", "pp": "PP", "dp": "DP", "cp": "CP", "ep": "EP", "micro_batch": "Micro-batch",
     "vpp": "Virtual stages (VPP)", "recompute": "Recompute", "sequence_parallel": "Sequence parallel",
     "zero": "ZeRO stage", "rank_order": "Rank order", "name": "Name",
+    "tp_wgrad_overlap": "TP gradient reductions beside weight-gradient GEMMs",
 }
 
 # Only for engine fields that have no help text of their own yet.

@@ -40,7 +40,7 @@ def page_rows(page: str) -> dict[str, dict[str, str]]:
 
 def test_the_options_are_every_defaulted_training_and_gpu_field_of_the_engine():
     names = {path for path, _ in option_fields()}
-    for name in ("tp_comm_overlap", "ep_comm_overlap", "ep_dispatch", "ep_dispatch_dtype", "fp8_param_gather",
+    for name in ("tp_comm_overlap", "tp_wgrad_overlap", "ep_comm_overlap", "ep_dispatch", "ep_dispatch_dtype", "fp8_param_gather",
                  "fp8_recipe", "elementwise", "projections", "overlap_grad_reduce", "attention"):
         assert f"training.{name}" in names
     for name in ("gemm_efficiency", "fp8_gemm_efficiency", "sustained_clock", "attention_efficiency",
@@ -63,6 +63,8 @@ def test_each_mechanism_option_is_on_the_form_with_its_engine_default_and_help(c
         expected = ("on" if f.default else None) if f.kind is bool else str(f.default)
         assert shown == expected, (path, shown)
     assert form.fields["training__tp_comm_overlap"].label == "TP communication overlap"
+    assert form.fields["training__tp_wgrad_overlap"].label == "TP gradient reductions beside weight-gradient GEMMs"
+    assert form.fields["training__tp_wgrad_overlap"].initial is True  # Megatron's default: the box starts checked
 
 
 def test_each_gpu_constant_starts_at_the_chosen_catalog_gpus_value_ready_to_edit(client, catalog):
