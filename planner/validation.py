@@ -212,32 +212,41 @@ def figures(entries: list[dict[str, Any]], search: bool = False) -> dict[str, An
     too fast on the median); too_fast (rows predicted faster than measured); memory_rows, memory_median_abs_err and
     memory_median_err (peak memory per GPU against the rows that state it); median_search_gain and
     median_search_gain_same_options with search."""
-    errs = [e["err"] for e in entries if e["err"] is not None]
+    errs = _present(entries, "err")
     abs_errs = [abs(x) for x in errs]
     out: dict[str, Any] = {
         "rows": len(entries),
         "measured": sum(e["states_throughput"] for e in entries),
         "modelled": len(errs),
-        "median_abs_err": _r(statistics.median(abs_errs)) if errs else None,
+        "median_abs_err": _median(abs_errs),
         "max_abs_err": _r(max(abs_errs)) if errs else None,
         "within_10pct": _r(sum(x <= WITHIN + 1e-12 for x in abs_errs) / len(errs)) if errs else None,
-        "median_err": _r(statistics.median(errs)) if errs else None,
+        "median_err": _median(errs),
         "too_fast": sum(x < 0 for x in errs),
     }
     # Peak memory per GPU against what the rows state (most state none): memory_err = predicted / stated - 1.
     # Sources state different quantities: a reserved peak (torchtitan's log), which the prediction's fragmentation
     # allowance and runtime reserve stand for, or allocated memory (Zero Bubble's tables), which leaves them out.
-    mem = [e["memory_err"] for e in entries if e.get("memory_err") is not None]
+    mem = _present(entries, "memory_err")
     out["memory_rows"] = len(mem)
-    out["memory_median_abs_err"] = _r(statistics.median(abs(x) for x in mem)) if mem else None
-    out["memory_median_err"] = _r(statistics.median(mem)) if mem else None
+    out["memory_median_abs_err"] = _median([abs(x) for x in mem])
+    out["memory_median_err"] = _median(mem)
     if search:
-        gains = [e["search_gain"] for e in entries if e.get("search_gain") is not None]
+        gains = _present(entries, "search_gain")
         out["searched"] = len(gains)
-        out["median_search_gain"] = _r(statistics.median(gains)) if gains else None
-        kept = [e["search_gain_same_options"] for e in entries if e.get("search_gain_same_options") is not None]
-        out["median_search_gain_same_options"] = _r(statistics.median(kept)) if kept else None
+        out["median_search_gain"] = _median(gains)
+        out["median_search_gain_same_options"] = _median(_present(entries, "search_gain_same_options"))
     return out
+
+
+def _present(entries: list[dict[str, Any]], key: str) -> list[float]:
+    """The entries' values of `key`, where they have one."""
+    return [e[key] for e in entries if e.get(key) is not None]
+
+
+def _median(values: list[float]) -> float | None:
+    """Their median, rounded as every figure is; None for no values."""
+    return _r(statistics.median(values)) if values else None
 
 
 # ---------------------------------------------------------------------------------------------------------
