@@ -105,8 +105,8 @@ TRAINING_FIELDS = (
                "sequence parallelism, else all-reduce) while their weight-gradient GEMMs run: what Megatron's and "
                "Transformer Engine's linear layers do by default (Megatron-LM since September 2021, Megatron-Core, "
                "NeMo); off = the reduction follows both GEMMs (PyTorch's tensor parallelism, torchtitan without "
-               "async TP; Megatron-LM of 2020-21). Ignored with tp_comm_overlap, which overlaps every TP "
-               "collective."),
+               "async TP; Megatron-LM of 2020-21). With tp_comm_overlap, layouts with sequence parallelism "
+               "overlap every TP collective instead."),
     Field("fp8_recipe", str, "tensorwise", choices=FP8_RECIPES,
           help="With fp8: tensorwise (one scale per tensor: Transformer Engine delayed scaling, torchao tensorwise), "
                "rowwise (torchao: one per row; for the backward each input is scanned by column and quantised again "

@@ -226,16 +226,19 @@ def _tp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
              _collective(spec, placement, "tp", "all_gather", nbytes / 2.0 if fp8_gather else nbytes, gathers)]
     if np.any(partitioned):
         colls.append(_collective(spec, placement, "tp", "all_gather", nbytes, partitioned))
-    if not spec.training.tp_comm_overlap and spec.training.tp_wgrad_overlap:
+    if spec.training.tp_wgrad_overlap:
         # Megatron's and Transformer Engine's column-parallel linears launch the reduction of the input gradient
         # asynchronously and run the weight-gradient GEMM beside it (megatron/core/tensor_parallel/layers.py,
         # LinearWithGradAccumulationAndAsyncCommunication.backward, default since Megatron-LM 3f65246911,
         # 2021-09-02; transformer_engine/pytorch/module/layernorm_linear.py, backward: dgrad reduce-scatter or
         # all-reduce with async_op=True before the wgrad GEMM): of each layer's backward reductions, those after
         # the QKV and MLP-up data gradients hide behind those layers' weight-gradient GEMMs, as many FLOPs as their
-        # forward GEMMs (s); the rest stay on the critical path.
+        # forward GEMMs (s); the rest stay on the critical path. With tp_comm_overlap the sequence-parallel
+        # layouts overlap every collective (below); the all-reduces of those without sequence parallelism, which
+        # that overlap does not reach, still hide this way.
         qkv, up = (C.DP_OVERLAP_EFFICIENCY * lt.tp_gemms[i] for i in (0, 2))
-        for c in colls[:2]:  # the all-reduce without sequence parallelism, the reduce-scatter with it
+        # the all-reduce without sequence parallelism, the reduce-scatter with it
+        for c in colls[:1] if spec.training.tp_comm_overlap else colls[:2]:
             per = _share(c.time_s, c.calls)
             saved = (2.0 * per - _exposed(per, qkv) - _exposed(per, up)) * n * micro
             c.exposed_s = np.where(c.calls > 0, c.time_s - saved, c.exposed_s)
