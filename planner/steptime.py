@@ -241,7 +241,7 @@ def _tp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
         for c in colls[:1] if spec.training.tp_comm_overlap else colls[:2]:
             per = _share(c.time_s, c.calls)
             saved = (2.0 * per - _exposed(per, qkv) - _exposed(per, up)) * n * micro
-            c.exposed_s = np.where(c.calls > 0, c.time_s - saved, c.exposed_s)
+            c.exposed_s = c.time_s - saved  # nothing saved where there is no call (per is 0 there)
     if spec.training.tp_comm_overlap:
         rs, ag = colls[1], colls[2]
         per_rs, per_ag = (_share(c.time_s, c.calls) for c in (rs, ag))
