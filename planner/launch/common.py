@@ -42,6 +42,13 @@ class Job:
         return self.spec.training.global_batch
 
     @property
+    def tp_wgrad_costed(self) -> bool:
+        """Whether training.tp_wgrad_overlap decided how this plan's backward TP reductions were costed: TP > 1,
+        and not a sequence-parallel layout under tp_comm_overlap, which overlaps every TP collective
+        (steptime._tp_comm)."""
+        return self.tp > 1 and not (self.spec.training.tp_comm_overlap and self.sequence_parallel)
+
+    @property
     def micro_batches(self) -> int:
         """Micro-batches per step in each DP replica: global batch / (DP x micro-batch)."""
         return self.global_batch // (self.dp * self.micro_batch)

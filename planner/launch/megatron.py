@@ -169,7 +169,7 @@ def _mechanisms(job: Job, arg, em: Emitter) -> None:
     elif t.tp_comm_overlap and job.tp > 1:
         em.note("TP communication overlap: Megatron's --tp-comm-overlap needs sequence parallelism, which this "
                 "plan does not use")
-    if not t.tp_wgrad_overlap and not t.tp_comm_overlap and job.tp > 1:
+    if job.tp_wgrad_costed and not t.tp_wgrad_overlap:
         em.note("tp_wgrad_overlap off: Megatron always reduces the QKV and MLP-up input gradients beside their "
                 "weight-gradient GEMMs (no flag turns it off), so the step runs a little faster than the plan "
                 "assumed")

@@ -94,7 +94,7 @@ def _training(job: Job, key, em: Emitter) -> None:
         em.note("cross_entropy chunked: set the job's loss to ChunkedLossWrapper (num_chunks 8, torchtitan's "
                 "components/loss.py, in its Python config registry: this TOML has no key for it); torchtitan's "
                 "whole-sequence loss holds all the logits, more memory than the plan assumed")
-    if t.tp_wgrad_overlap and not t.tp_comm_overlap and job.tp > 1:
+    if job.tp_wgrad_costed and t.tp_wgrad_overlap:
         em.note("tp_wgrad_overlap: PyTorch's tensor parallelism reduces each input gradient after both of its "
                 "layer's GEMMs, not beside the weight-gradient GEMM, so the step runs slower than the plan assumed "
                 "(async TP, tp_comm_overlap, overlaps more)")

@@ -429,6 +429,14 @@ def test_the_costed_stack_behaviours_reach_megatron_and_torchtitan():
                                           "recompute": "full"}, {"tp_wgrad_overlap": False})
     assert "tp_wgrad_overlap off" in " ".join(launch_config(off, off_entry, "megatron").notes)
     assert "tp_wgrad_overlap" not in " ".join(launch_config(off, off_entry, "torchtitan").notes)
+    # Without sequence parallelism tp_comm_overlap reaches no collective, so the option still costs the
+    # all-reduces, and the export still says where Megatron differs.
+    off, off_entry = small_plan(H100_32, {"tp": 4, "pp": 1, "zero": 1, "sequence_parallel": False},
+                                {"tp_wgrad_overlap": False, "tp_comm_overlap": True})
+    assert "tp_wgrad_overlap off" in " ".join(launch_config(off, off_entry, "megatron").notes)
+    on, on_entry = small_plan(H100_32, {"tp": 4, "pp": 1, "zero": 1, "sequence_parallel": True},
+                              {"tp_wgrad_overlap": False, "tp_comm_overlap": True})
+    assert "tp_wgrad_overlap" not in " ".join(launch_config(on, on_entry, "megatron").notes)
     assert m["--attention-backend"] == "flash" and "attention kernel" not in " ".join(titan.notes)
     # cuDNN attention is Megatron's "fused" backend (Transformer Engine's FusedAttention); torchtitan says where
     # its SDPA runs cuDNN.
