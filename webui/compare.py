@@ -14,6 +14,7 @@ from planner.whatif.goal import SECONDS_PER_DAY
 
 from .charts import MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, memory_breakdown, step_time_breakdown
 from .models import Plan
+from .templatetags.planner_format import percent
 
 MIN_PLANS, MAX_PLANS = 2, 4
 _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
@@ -129,8 +130,11 @@ def _throughput_rows() -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
     def days(b: dict[str, Any]) -> Any:
         seconds = b.get("time_to_train_s")
         return seconds / SECONDS_PER_DAY if isinstance(seconds, (int, float)) else None  # s / 86,400 s per day
+
+    def mfu(b: dict[str, Any]) -> Any:  # a percentage, as the plan and sweep pages show it
+        return percent(b["mfu"]) if isinstance(b.get("mfu"), (int, float)) else None
     return [("layout", lambda b: b.get("label")), ("step time (s)", lambda b: b.get("step_time_s")),
-            ("tokens/s", lambda b: b.get("tokens_per_s")), ("MFU", lambda b: b.get("mfu")),
+            ("tokens/s", lambda b: b.get("tokens_per_s")), ("MFU", mfu),
             ("memory per GPU (GiB)", lambda b: (b.get("memory_gib") or {}).get("total")),
             ("time to train (days)", days), ("GPU-hours", lambda b: b.get("gpu_hours"))]
 
