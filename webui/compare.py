@@ -17,6 +17,7 @@ from .models import Plan
 from .templatetags.planner_format import percent
 
 MIN_PLANS, MAX_PLANS = 2, 4
+IN_TITLE = ("model", "GPUs", "GPU")  # the request rows a plan's title names (Plan.title)
 _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
 LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "recompute", "recompute_fraction",
                "sequence_parallel", "zero", "rank_order")
@@ -85,7 +86,9 @@ def compare_sections(*, plans: list[Plan]) -> list[dict[str, Any]]:
 
 def compare_figures(*, plans: list[Plan]) -> dict[str, Figure]:
     """The plan page's step-time and memory charts, one bar per plan (its best layout) instead of per layout."""
-    bests = [dict(_best(plan), rank=i + 1, label=plan.title) for i, plan in enumerate(plans) if _best(plan)]
+    labels = _chart_labels(plans)
+    bests = [dict(_best(plan), rank=i + 1, label=label) for i, (plan, label) in enumerate(zip(plans, labels))
+             if _best(plan)]
     result = {"plans": bests}
     figures = {"step-time": step_time_breakdown(result), "memory": memory_breakdown(result)}
     titles = {"step-time": "Step time breakdown, best layout of each plan",
@@ -94,6 +97,15 @@ def compare_figures(*, plans: list[Plan]) -> dict[str, Figure]:
         if fig is not None:
             fig["layout"]["title"]["text"] = titles[name]
     return {name: fig for name, fig in figures.items() if fig is not None}
+
+
+def _chart_labels(plans: list[Plan]) -> list[str]:
+    """Each plan's title with the request values that tell it from the others ("..., global batch 2,048"): plans
+    of one sweep often share their title, and a chart's bars must say which is which."""
+    rows = [(label, [_format(read(plan)) for plan in plans]) for label, read in _request_rows()
+            if label not in ("status", *IN_TITLE)]
+    differing = [(label, cells) for label, cells in rows if len(set(cells)) > 1]
+    return [plan.title + "".join(f", {label} {cells[i]}" for label, cells in differing) for i, plan in enumerate(plans)]
 
 
 def _best(plan: Plan) -> dict[str, Any]:

@@ -226,12 +226,22 @@ def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded
     figures = response.context["figures"]
     assert [t["x"] for t in figures["step-time"]["data"] if t["name"] == "compute"] == [
         [p.result["plans"][0]["time_s"]["compute"] for p in (a, b)]]
-    assert figures["memory"]["data"][0]["y"] == [f"#1 {a.title}", f"#2 {b.title}"]
+    assert figures["memory"]["data"][0]["y"] == [f"#1 {a.title}", f"#2 {b.title}"]  # GPU counts: in the titles
     page = response.content.decode()
     assert 'class="differs"' in page and f'href="/plans/{a.code}/"' in page
     # A plan's link works as well as its code, and repeated ?plans= too (the plan page's form sends that).
     assert client.get(f"/compare/?plans=http://x/plans/{a.code}/&plans={b.code}").status_code == 200
     assert 'id="compare-with"' in client.get(f"/plans/{a.code}/").content.decode()
+
+
+def test_compare_charts_tell_plans_with_one_title_apart_by_what_differs(client, seeded):
+    code = post(client, {"base": BASE, "vary": {"training.global_batch": [128, 256],
+                                                "training.precision": ["bf16"]}}).json()["code"]
+    run_plans(code)
+    a, b = [s.plan for s in SweepScenario.objects.filter(sweep__code=code).order_by("position")]
+    assert a.title == b.title
+    figures = client.get(f"/compare/?plans={a.code},{b.code}").context["figures"]
+    assert figures["memory"]["data"][0]["y"] == [f"#1 {a.title}, global batch 128", f"#2 {b.title}, global batch 256"]
 
 
 def test_compare_gives_the_capacity_of_a_plan_with_no_feasible_layout(client, seeded):
