@@ -12,7 +12,8 @@ from typing import Any, Callable
 
 from planner.whatif.goal import SECONDS_PER_DAY
 
-from .charts import MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, memory_breakdown, step_time_breakdown
+from .charts import (MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, legend_below, memory_breakdown,
+                     step_time_breakdown)
 from .models import Plan
 from .templatetags.planner_format import percent
 
@@ -96,7 +97,8 @@ def compare_figures(*, plans: list[Plan]) -> dict[str, Figure]:
     for name, fig in figures.items():
         if fig is not None:
             fig["layout"]["title"]["text"] = titles[name]
-    return {name: fig for name, fig in figures.items() if fig is not None}
+    # The legend below the axis as on the plan page: beside a chart of 2-4 bars it would need a scroll bar.
+    return {name: legend_below(fig) for name, fig in figures.items() if fig is not None}
 
 
 def _chart_labels(plans: list[Plan]) -> list[str]:

@@ -227,6 +227,8 @@ def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded
     assert [t["x"] for t in figures["step-time"]["data"] if t["name"] == "compute"] == [
         [p.result["plans"][0]["time_s"]["compute"] for p in (a, b)]]
     assert figures["memory"]["data"][0]["y"] == [f"#1 {a.title}", f"#2 {b.title}"]  # GPU counts: in the titles
+    # Legends lie under the axis, as on the plan page, not in a scrolled box beside a short chart.
+    assert all(f["layout"]["legend"]["orientation"] == "h" for f in figures.values())
     page = response.content.decode()
     assert 'class="differs"' in page and f'href="/plans/{a.code}/"' in page
     # A plan's link works as well as its code, and repeated ?plans= too (the plan page's form sends that).
