@@ -118,6 +118,16 @@ def test_bad_input_in_the_browser_is_shown_next_to_the_field(web, seeded, browse
     assert page.input_value("input[name=num_gpus]") == "100"  # what was typed is kept
 
 
+def test_every_help_text_on_the_form_stays_inside_its_field(web, seeded, browser):
+    # A long unbroken token (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) once ran over the next column's text.
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.goto(web.url + "/")
+    spill = page.evaluate("""() => [...document.querySelectorAll('.field .help')].filter(h =>
+        h.getBoundingClientRect().right > h.closest('.field').getBoundingClientRect().right + 1
+    ).map(h => h.closest('.field').dataset.field)""")
+    assert page.locator(".field .help").count() > 40 and spill == []
+
+
 def test_a_search_cut_off_while_the_page_is_open_is_said_there(web, seeded, browser, small_spec):
     # A plan saved as sent but never put on the queue, so that no worker of another test takes it: it stays
     # queued. Then what delivery.plan_lost leaves when a search process dies.
