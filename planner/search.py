@@ -168,8 +168,8 @@ def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vp
         return "vpp_invalid", (f"{vpp} virtual stages need PP > 1 and a layer each; a stage holds "
                                f"{-(-m.layers // pp)}")
     if vpp > 1 and (b // dp // mb) % pp:
-        return "vpp_needs_microbatches", (f"interleaving needs the {b // dp // mb} micro-batches to be a multiple "
-                                          f"of PP={pp}")
+        return "vpp_needs_microbatches", (f"interleaving needs a multiple of PP={pp} micro-batches per step, "
+                                          f"not {b // dp // mb}")
     return None
 
 
