@@ -164,12 +164,14 @@ def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vp
     # Virtual stages may hold unequal numbers of layers (Megatron-Core --num-virtual-stages-per-pipeline-rank or
     # --pipeline-model-parallel-layout: DeepSeek-V3's 61 layers over PP 2 x 8 virtual stages), but each holds one.
     # The search itself offers only even splits (vpp_options); a pinned layout may be uneven.
-    if vpp > 1 and (pp == 1 or -(-m.layers // pp) < vpp):
-        return "vpp_invalid", (f"{vpp} virtual stages need PP > 1 and a layer each; a stage holds "
-                               f"{-(-m.layers // pp)}")
-    if vpp > 1 and (b // dp // mb) % pp:
-        return "vpp_needs_microbatches", (f"interleaving needs a multiple of PP={pp} micro-batches per step, "
-                                          f"not {b // dp // mb}")
+    if vpp > 1:
+        held = -(-m.layers // pp)  # layers on the fullest stage
+        if pp == 1 or held < vpp:
+            return "vpp_invalid", (f"{vpp} virtual stages need PP > 1 and a layer each; a stage holds {held} "
+                                   f"layer{'s' if held != 1 else ''}")
+        if (b // dp // mb) % pp:
+            return "vpp_needs_microbatches", (f"interleaving needs a multiple of PP={pp} micro-batches per step, "
+                                              f"not {b // dp // mb}")
     return None
 
 

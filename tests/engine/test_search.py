@@ -100,7 +100,7 @@ def test_a_pinned_layout_may_split_a_stage_unevenly_into_virtual_stages(catalog)
     assert uneven["plans"] and uneven["plans"][0]["layout"]["vpp"] == 4
     empty = plan(parse_spec({**doc, "layout": {**base, "vpp": 8}}, catalog))
     assert empty["plans"] == [] and empty["rejected_examples"]["vpp_invalid"] == (
-        "8 virtual stages need PP > 1 and a layer each; a stage holds 6")
+        "8 virtual stages need PP > 1 and a layer each; a stage holds 6 layers")
     searched = plan(parse_spec({**doc, "layout": {k: v for k, v in base.items() if k != "micro_batch"}}, catalog),
                     top=200)
     assert {p["layout"]["vpp"] for p in searched["plans"]} <= {1, 2, 3, 6}
