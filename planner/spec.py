@@ -541,12 +541,11 @@ def _coerce(f: Field, value: Any, path: str, errs: _Collector) -> Any:
     if number is None:
         errs.add(path, f"must be a number, not {_describe(value)}")
         return None
-    unit = f" {f.unit}" if f.unit else ""
     if math.isinf(number):
         # An integer too large for a float (JSON allows any number of digits), or Infinity.
         bound = f.hi if number > 0 else f.lo
         side = "most" if number > 0 else "least"
-        errs.add(path, f"must be at {side} {fmt_number(bound)}{unit}" if bound is not None else "must be finite")
+        errs.add(path, f"must be at {side} {_quantity(bound, f.unit)}" if bound is not None else "must be finite")
         return None
     if f.kind is int:
         if number != math.floor(number):
@@ -554,12 +553,19 @@ def _coerce(f: Field, value: Any, path: str, errs: _Collector) -> Any:
             return None
         number = int(number)
     if f.lo is not None and number < f.lo:
-        errs.add(path, f"must be at least {fmt_number(f.lo)}{unit} (got {fmt_number(number)})")
+        errs.add(path, f"must be at least {_quantity(f.lo, f.unit)} (got {fmt_number(number)})")
         return None
     if f.hi is not None and number > f.hi:
-        errs.add(path, f"must be at most {fmt_number(f.hi)}{unit} (got {fmt_number(number)})")
+        errs.add(path, f"must be at most {_quantity(f.hi, f.unit)} (got {fmt_number(number)})")
         return None
     return number
+
+
+def _quantity(bound: float, unit: str) -> str:
+    """A bound with its unit, a count noun in the singular for one ("1 sequence", "2 sequences")."""
+    if not unit:
+        return fmt_number(bound)
+    return f"{fmt_number(bound)} {unit[:-1] if bound == 1 and unit in ('sequences', 'tokens') else unit}"
 
 
 # Unicode's bidirectional formatting characters (UAX #9: embeddings, overrides, isolates and marks).

@@ -100,7 +100,7 @@ def test_engine_messages_land_next_to_their_fields(catalog):
     ("num_gpus", "", "is required"),
     ("num_gpus", "many", "must be a number, not 'many'"),
     ("num_gpus", "12.5", "must be a whole number (got 12.5)"),
-    ("training__global_batch", "0", "must be at least 1 sequences (got 0)"),
+    ("training__global_batch", "0", "must be at least 1 sequence (got 0)"),
     ("training__tokens", "1e30", "must be at most 1e+16 tokens (got 1e+30)"),
     ("layout__tp", "3", "tp = 3 must divide cluster.num_gpus (512)"),
     ("layout__dp", "7", "must divide training.global_batch (512)"),
