@@ -806,7 +806,9 @@ def _check_layout(lay: dict[str, Any], num_gpus: int, m: dict[str, Any], t: dict
                                               f"{lay['recompute']})")
     if lay["micro_batch"] is not None and lay["micro_batch"] > t["global_batch"]:
         errs.add("layout.micro_batch", f"must be at most training.global_batch ({t['global_batch']})")
-    if lay["ep"] is not None and lay["ep"] > m["experts"]:
+    if lay["ep"] is not None and lay["ep"] > 1 and m["experts"] == 1:
+        errs.add("layout.ep", "needs a mixture-of-experts model: model.experts is 1 (a dense model runs EP 1)")
+    elif lay["ep"] is not None and lay["ep"] > m["experts"]:
         errs.add("layout.ep", f"must be at most model.experts ({m['experts']})")
     if lay["pp"] is not None and lay["pp"] > m["layers"]:
         errs.add("layout.pp", f"must be at most model.layers ({m['layers']})")

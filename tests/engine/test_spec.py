@@ -202,6 +202,15 @@ def test_pinned_dp_must_divide_the_batch(gpt3_doc):
     assert errors_of(gpt3_doc)["layout.dp"] == ["must divide training.global_batch (1536)"]
 
 
+def test_pinned_ep_needs_experts_enough(gpt3_doc):
+    gpt3_doc["layout"] = {"ep": 2}
+    assert errors_of(gpt3_doc) == {"layout.ep": [
+        "needs a mixture-of-experts model: model.experts is 1 (a dense model runs EP 1)"]}
+    gpt3_doc["model"].update(experts=8, top_k=2)
+    gpt3_doc["layout"] = {"ep": 16}
+    assert errors_of(gpt3_doc)["layout.ep"] == ["must be at most model.experts (8)"]
+
+
 def test_form_style_strings_are_accepted(gpt3_doc):
     gpt3_doc["model"]["layers"] = "96"
     gpt3_doc["model"]["gated_mlp"] = "false"
