@@ -183,6 +183,11 @@ def test_a_plan_on_each_new_gpu_and_fabric_renders_with_launch_configs(web, work
     assert page.evaluate("navigator.clipboard.readText()") == text
     assert "#SBATCH --nodes=2" in text
     page.locator("#launch").screenshot(path=str(SCREENSHOT.with_name("launch-configs.png")))
+    # A shared link opened on a phone: nothing widens the page (wide tables and code scroll inside it).
+    phone = browser.new_context(viewport={"width": 420, "height": 900}).new_page()
+    for url in (plans[-1].get_absolute_url(), "/", "/validation/", "/sweeps/new/"):
+        phone.goto(web.url + url)
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 420, url
 
 
 def test_the_validation_page_draws_its_charts(web, seeded, browser):
