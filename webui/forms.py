@@ -48,6 +48,7 @@ LABELS = {
     "vpp": "Virtual stages (VPP)", "recompute": "Recompute", "sequence_parallel": "Sequence parallel",
     "zero": "ZeRO stage", "rank_order": "Rank order", "name": "Name",
     "tp_wgrad_overlap": "TP gradient reductions beside weight-gradient GEMMs",
+    "cudnn_attention_efficiency": "cuDNN attention efficiency", "host_gbytes_per_s": "Host link bandwidth",
 }
 
 # Only for engine fields that have no help text of their own yet.

@@ -1,6 +1,7 @@
 """The plan form: built from the engine's field tables, validated by the engine, messages next to fields."""
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 from typing import Any
 
@@ -44,6 +45,10 @@ def test_every_field_has_a_label_and_help_and_numbers_carry_units(catalog):
     assert form.fields["gpu__memory_gib"].label == "Memory (GiB)"
     assert form.fields["node__nic_gbits_per_s"].label == "NIC speed (Gb/s)"
     assert form.fields["model__seq_len"].label == "Sequence length (tokens)"
+    assert form.fields["gpu__cudnn_attention_efficiency"].label == "cuDNN attention efficiency"
+    assert form.fields["node__host_gbytes_per_s"].label == "Host link bandwidth (GB/s)"
+    # No label is a field name cut at its unit ("Host gbytes per (GB/s)"): the unit words are spelled out.
+    assert not [f.label for f in form.fields.values() if re.search(r"gbytes|gbits|\bper \(", str(f.label))]
     widget = form.fields["model__layers"].widget
     assert (widget.attrs["min"], widget.attrs["max"], widget.attrs["step"]) == ("1", "2048", 1)
     # Bounds exactly as the engine's tables give them: %g had written 16777216 as 1.67772e+07, below the bound,
