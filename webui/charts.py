@@ -6,6 +6,8 @@ answer from an older or newer engine still renders.
 """
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 Figure = dict[str, Any]
@@ -27,6 +29,31 @@ LEGEND_GAP_PX = 62  # below the plot area: the x tick labels and the x-axis titl
 LEGEND_ROW_PX = 21  # one row of a horizontal legend (Plotly's default 12 px font)
 LEGEND_PER_ROW = 3  # entries one row holds in the narrowest chart the pages are read in (about 640 px)
 DEFAULT_HEIGHT_PX = 450  # Plotly's figure height when the layout sets none
+
+
+def log_axis(title: str, values: list[float], exact: bool = False, **extra: Any) -> dict[str, Any]:
+    """A log axis labelled in whole numbers at 1-2-5 steps (50, 100, 200, 500 days) spanning `values`.
+    Plotly's own log ticks label the steps between powers of ten by their first digit only ("2, 5, 100, 2"),
+    which reads as a different scale. With `exact`, the values themselves are the ticks (GPU counts)."""
+    positive = sorted({float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0})
+    axis = {"title": {"text": title}, "type": "log", **extra}
+    if not positive:
+        return axis
+    if exact and len(positive) <= 12:
+        ticks = positive
+    else:
+        lo, hi = positive[0], positive[-1]
+        ticks = []
+        for steps in ((1, 2, 5), (1, 2, 3, 5, 7), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9)):
+            ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+                     for m in steps if lo <= m * 10.0 ** k <= hi]
+            if len(ticks) >= 3:
+                break
+    return axis | {"tickvals": ticks, "ticktext": [_tick_text(t) for t in ticks]}
+
+
+def _tick_text(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 else f"{value:.3g}"
 
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
@@ -222,7 +249,8 @@ def candidates_scatter(result: dict[str, Any]) -> Figure | None:
                          "hovertemplate": "best: %{text}<extra></extra>"})
     return {"data": data, "layout": _layout(
         f"Candidates: step time against memory ({len(points)} feasible layouts)", height=460,
-        xaxis={"title": {"text": "seconds per step"}, "type": "log"}, yaxis={"title": {"text": "GiB per GPU"}})}
+        xaxis=log_axis("seconds per step", [c["step_time_s"] for c in points]),
+        yaxis={"title": {"text": "GiB per GPU"}})}
 
 
 def plan_figures(result: dict[str, Any] | None) -> dict[str, Figure]:

@@ -10,7 +10,7 @@ from typing import Any
 from planner.whatif.goal import pareto_front
 from planner.whatif.sweep import value_text
 
-from .charts import PALETTE, Figure, _layout, legend_below
+from .charts import PALETTE, Figure, _layout, legend_below, log_axis
 
 GPUS = "cluster.num_gpus"
 
@@ -46,7 +46,8 @@ def time_vs_gpus(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
                      "hoverinfo": "skip", "showlegend": i == 0 or len(series) <= 4})
     return {"data": data, "layout": _layout(
         "Time to train against GPU count (dotted: ideal scaling)", height=460,
-        xaxis={"title": {"text": "GPUs"}, "type": "log"}, yaxis={"title": {"text": "days"}, "type": "log"})}
+        xaxis=log_axis("GPUs", [r["num_gpus"] for r in done], exact=True),
+        yaxis=log_axis("days", [y for trace in data for y in trace["y"]]))}
 
 
 def cost_vs_time(rows: list[dict[str, Any]], goal: dict[str, Any] | None) -> Figure | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .charts import PALETTE, Figure, _layout, legend_below
+from .charts import PALETTE, Figure, _layout, legend_below, log_axis
 
 BAND = 0.10  # the ±10% band of the scatter, the `within_10pct` figure
 
@@ -49,8 +49,8 @@ def predicted_vs_measured(validation: dict[str, Any]) -> Figure | None:
     span = [math.log10(low), math.log10(high)]  # log axes take their range in decades; equal ranges keep y = x
     return {"data": data, "layout": _layout(
         f"Predicted against published step time ({len(rows)} runs; open markers: held out of every fit)",
-        height=620, xaxis={"title": {"text": "published seconds per step"}, "type": "log", "range": span},
-        yaxis={"title": {"text": "predicted seconds per step"}, "type": "log", "range": span})}
+        height=620, xaxis=log_axis("published seconds per step", [low, high], range=span),
+        yaxis=log_axis("predicted seconds per step", [low, high], range=span))}
 
 
 def error_by(validation: dict[str, Any], key: str, title: str) -> Figure | None:

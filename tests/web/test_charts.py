@@ -115,6 +115,18 @@ def test_the_candidates_chart_joins_the_pareto_front_and_stars_the_best():
     assert names["Pareto front"] == ([2.0, 2.5], [57, 52])
     assert names["feasible layouts"] == ([3.5], [60])
     assert names["best plan"] == ([2.0], [57])
+    # The log axis is labelled in whole steps across the data (2 to 3.5 s), not Plotly's "2, 5" digits.
+    assert fig["layout"]["xaxis"]["ticktext"] == ["2", "3"]
+
+
+def test_log_axes_are_labelled_at_1_2_5_steps_or_at_the_values_given():
+    assert charts.log_axis("days", [42.4, 348])["ticktext"] == ["50", "100", "200"]
+    assert charts.log_axis("s", [0.3, 160])["ticktext"] == ["0.5", "1", "2", "5", "10", "20", "50", "100"]
+    # Under a third of a decade, 1-2-5 leaves too few labels: finer steps take over.
+    assert charts.log_axis("s", [5.5, 9.0])["ticktext"] == ["6", "7", "8", "9"]
+    assert charts.log_axis("GPUs", [512, 2048, 1024, 512], exact=True)["ticktext"] == ["512", "1,024", "2,048"]
+    axis = charts.log_axis("s", [], range=[0, 1])
+    assert axis == {"title": {"text": "s"}, "type": "log", "range": [0, 1]}  # nothing to label: Plotly's own
 
 
 @pytest.mark.parametrize("answer", [None, {}, {"plans": []}, {"plans": [{}]}, {"plans": "nonsense"},
