@@ -60,15 +60,22 @@ def cost_vs_time(rows: list[dict[str, Any]], goal: dict[str, Any] | None) -> Fig
     title = "US dollars" if money == "cost" else "GPU-hours"
     points = [(r["time_to_train_days"], r[money]) for r in done]
     front = [done[i] for i in pareto_front(points)]
-    labels = [", ".join(value_text(v) for v in r["values"].values()) for r in done]
-    data = [{"type": "scatter", "mode": "markers", "name": "scenarios", "x": [p[0] for p in points],
-             "y": [p[1] for p in points], "text": labels,
-             "marker": {"color": ["#54a24b" if r.get("meets_goal") else "#9aa5b1" for r in done], "size": 9},
-             "hovertemplate": "%{text}<br>%{x:.3g} days, %{y:.4g}<extra></extra>"},
-            {"type": "scatter", "mode": "lines+markers", "name": "Pareto front", "x": [r["time_to_train_days"]
-             for r in front], "y": [r[money] for r in front], "line": {"color": "#e45756"},
-             "marker": {"color": "#e45756", "size": 6}, "hoverinfo": "skip"}]
-    layout = _layout(f"{'Cost' if money == 'cost' else 'GPU-hours'} against time to train (green: meets the goal)",
+    # The front first, as a line only, so that the scenarios' own markers (green where they meet the goal) lie
+    # on top of it rather than under its markers.
+    data = [{"type": "scatter", "mode": "lines", "name": "Pareto front",
+             "x": [r["time_to_train_days"] for r in front], "y": [r[money] for r in front],
+             "line": {"color": "#e45756"}, "hoverinfo": "skip"}]
+    groups = ([("meets the goal", "#54a24b", [r for r in done if r.get("meets_goal")]),
+               ("misses the goal", "#9aa5b1", [r for r in done if not r.get("meets_goal")])] if goal
+              else [("scenarios", "#9aa5b1", done)])
+    for name, colour, items in groups:
+        if items:
+            data.append({"type": "scatter", "mode": "markers", "name": name,
+                         "x": [r["time_to_train_days"] for r in items], "y": [r[money] for r in items],
+                         "text": [", ".join(value_text(v) for v in r["values"].values()) for r in items],
+                         "marker": {"color": colour, "size": 9},
+                         "hovertemplate": "%{text}<br>%{x:.3g} days, %{y:.4g}<extra></extra>"})
+    layout = _layout(f"{'Cost' if money == 'cost' else 'GPU-hours'} against time to train",
                      height=460, xaxis={"title": {"text": "days"}, "rangemode": "tozero"},
                      yaxis={"title": {"text": title}, "rangemode": "tozero"})
     if goal and goal.get("deadline_days"):

@@ -27,15 +27,18 @@ def test_time_against_gpus_has_one_line_per_fabric_with_its_ideal_scaling():
 
 def test_gpu_hours_against_time_joins_the_pareto_front_and_marks_the_deadline():
     fig = cost_vs_time(ROWS, {"tokens": 1e12, "deadline_days": 30})
-    scenarios, front = fig["data"]
-    assert len(scenarios["x"]) == 5
+    front, meets, misses = fig["data"]  # the front drawn first, under the scenarios' markers
+    assert (meets["name"], meets["x"], meets["marker"]["color"]) == ("meets the goal", [12.0], "#54a24b")
+    assert misses["name"] == "misses the goal" and len(misses["x"]) == 4
     # GPU-hours: 245,760 (256 × 40 d), 270,336, 294,912, 251,904, 282,624: each faster one costs more here,
     # except RoCE@256, which IB@256 beats on both.
     assert front["x"] == [12.0, 22.0, 40.0]
     assert fig["layout"]["shapes"][0]["x0"] == 30
     assert "GPU-hours" in fig["layout"]["title"]["text"]
     priced = [dict(r, cost=r["gpu_hours"] * 2) for r in ROWS if r["time_to_train_days"]]
-    assert "Cost" in cost_vs_time(priced, None)["layout"]["title"]["text"]
+    no_goal = cost_vs_time(priced, None)
+    assert "Cost" in no_goal["layout"]["title"]["text"]
+    assert [t["name"] for t in no_goal["data"]] == ["Pareto front", "scenarios"]
 
 
 def test_the_mfu_heatmap_puts_gpu_counts_across_and_fabrics_down():
