@@ -133,15 +133,16 @@ def api_catalog(request: HttpRequest) -> JsonResponse:
 # Errors: JSON under /api/, pages elsewhere; never a stack trace.
 
 
+# In the shape of every other API error ({"errors": {field: [messages]}}), so a client reads one shape.
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     if request.path.startswith("/api/"):
-        return JsonResponse({"error": "not found"}, status=404)
+        return _errors({"url": [f"no plan, sweep or endpoint at {request.path[:200]}"]}, status=404)
     return render(request, "webui/404.html", status=404)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
     if request.path.startswith("/api/"):
-        return JsonResponse({"error": "internal error; the plan, if saved, is kept"}, status=500)
+        return _errors({"server": ["internal error; the plan, if saved, is kept"]}, status=500)
     return render(request, "webui/500.html", status=500)
 
 

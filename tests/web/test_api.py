@@ -118,7 +118,16 @@ def test_a_failed_plan_reports_its_error(client, seeded):
                                  "/api/nothing"])
 def test_unknown_plans_are_a_json_404(client, url):
     response = client.get(url)
-    assert response.status_code == 404 and response.json() == {"error": "not found"}
+    assert response.status_code == 404
+    assert response.json() == {"errors": {"url": [f"no plan, sweep or endpoint at {url}"]}}  # as a 400's shape
+
+
+def test_an_internal_error_under_the_api_is_json_in_the_same_shape(rf):
+    from webui.views import server_error
+    response = server_error(rf.get("/api/plans"))
+    assert response.status_code == 500
+    assert json.loads(response.content) == {"errors": {"server": ["internal error; the plan, if saved, is kept"]}}
+    assert b"<html" in server_error(rf.get("/plans/x/")).content.lower()  # a page elsewhere
 
 
 def test_wrong_methods_are_refused(client, seeded, small_spec):
