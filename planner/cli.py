@@ -41,7 +41,7 @@ def _run(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m planner", description="Plan the layout of a training job.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan", help="search the layouts of a plan spec and print the answer")
-    p.add_argument("spec", help="path to the spec JSON (see PLAN_SPEC.md), or - for standard input")
+    p.add_argument("spec", help="path to the spec JSON (see docs/plan-spec.md), or - for standard input")
     p.add_argument("--top", type=_bounded("--top"), default=10, help="how many ranked plans to print (default 10)")
     p.add_argument("--format", choices=("json", "table"), default="json", help="json (default) or table")
     p.add_argument("--export", choices=FRAMEWORKS,

@@ -1,4 +1,4 @@
-"""Turn a finished search into the answer: plain, JSON-native data (no numpy scalars), the shape of PLAN_SPEC.md."""
+"""Turn a finished search into the answer (docs/plan-spec.md): plain, JSON-native data, no numpy scalars."""
 from __future__ import annotations
 
 import time

@@ -222,7 +222,7 @@ def test_gpt3_fits_as_in_plan_spec_example(gpt3):
     pc = param_count(gpt3.model)
     mem = memory_per_gpu(gpt3.model, gpt3.training, pc,
                          layouts(tp=8, pp=16, dp=8, sp=True, recompute="full", zero=1))
-    # PLAN_SPEC.md's example: weights 2.6, gradients 2.6 (we keep fp32 gradients: 5.4), optimizer 2.6 GiB.
+    # docs/plan-spec.md's example: weights 2.6, gradients 2.6 (we keep fp32 gradients: 5.4), optimizer 2.6 GiB.
     assert mem.weights[0] / GIB == pytest.approx(2.68, abs=0.01)
     assert mem.gradients[0] / GIB == pytest.approx(5.37, abs=0.01)
     assert mem.optimizer[0] / GIB == pytest.approx(2.01, abs=0.01)
