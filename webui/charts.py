@@ -43,10 +43,9 @@ def log_axis(title: str, values: list[float], exact: bool = False, **extra: Any)
         ticks = positive
     else:
         lo, hi = positive[0], positive[-1]
-        ticks = []
-        for steps in ((1, 2, 5), (1, 2, 3, 5, 7), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9)):
-            ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
-                     for m in steps if lo <= m * 10.0 ** k <= hi]
+        decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+        for steps in ((1, 2, 5), (1, 2, 3, 5, 7), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9)):  # finer until 3 labels show
+            ticks = [m * 10.0 ** k for k in decades for m in steps if lo <= m * 10.0 ** k <= hi]
             if len(ticks) >= 3:
                 break
     return axis | {"tickvals": ticks, "ticktext": [_tick_text(t) for t in ticks]}
