@@ -242,7 +242,10 @@ HOST_COPY_EFFICIENCY = 0.8
 # (search.MAX_MICRO_BATCH_TOKENS); step times of a given layout unchanged.
 # 2.21: training.tp_wgrad_overlap (default on): the backward's QKV and MLP-up input-gradient reductions run beside
 # their weight-gradient GEMMs, as Megatron and Transformer Engine do; off for PyTorch TP and 2020-21 Megatron rows.
-ENGINE_VERSION = "2.21"
+# 2.22: interleaving no longer needs the micro-batches of a step to be a multiple of PP, only at least PP: Megatron-
+# Core runs them in larger groups (--microbatch-group-size-per-virtual-pipeline-stage, memory.vp_group), whose
+# extra warm-up activations the first stage holds; step times of a given layout unchanged.
+ENGINE_VERSION = "2.22"
 
 
 def as_dict() -> dict[str, float]:

@@ -5,7 +5,8 @@ distributed optimizer) shards the optimizer state over the data-parallel ranks, 
 stage 3 also the weights. Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in
 Large Transformer Models"), generalised to grouped-query attention, gated MLPs and experts, for recompute none /
 selective / full, with and without sequence parallelism, times the micro-batches the first pipeline stage holds
-under 1F1B (p) and interleaving (x (1 + (p-1)/(p v))), with context parallelism splitting the sequence.
+under 1F1B (p) and interleaving (x (1 + (p-1)/(p v)), more with micro-batch groups larger than p), with context
+parallelism splitting the sequence.
 """
 from __future__ import annotations
 
@@ -47,6 +48,25 @@ class Layouts:
 
     def take(self, index: np.ndarray) -> "Layouts":
         return Layouts(**{k: v[index] for k, v in self.__dict__.items()})
+
+
+def vp_group(micro: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """Micro-batches an interleaved schedule runs through one virtual stage before the next: Megatron-Core's
+    --microbatch-group-size-per-virtual-pipeline-stage N (default PP). Since Megatron-LM 4295be1a6c (2024-11-01,
+    megatron/core/pipeline_parallel/schedules.py) M micro-batches need PP <= N <= M and M % N either 0 or at least
+    PP (a smaller last group leaves bubbles), so M need not be a multiple of PP: 32 micro-batches over PP 9 run in
+    groups of 11 (32 % 11 = 10). The smallest such N, which holds the fewest activations; PP where M is a multiple of
+    it, or where M < PP (no interleaving then: search.inner_reason)."""
+    micro, pp = np.broadcast_arrays(np.asarray(micro, dtype=np.int64), np.asarray(pp, dtype=np.int64))
+    group = pp.copy()
+    odd = np.flatnonzero((micro % np.maximum(pp, 1) != 0) & (micro > pp))
+    if odd.size:
+        # One search per distinct (M, PP) pair, keyed as one integer (PP is at most the layer count, < 2**20).
+        keys, which = np.unique(micro[odd] << 20 | pp[odd], return_inverse=True)
+        smallest = [next(n for n in range(p + 1, m + 1) if m % n == 0 or m % n >= p)  # n = m always qualifies
+                    for m, p in ((int(k) >> 20, int(k) & 0xFFFFF) for k in keys)]
+        group[odd] = np.asarray(smallest, dtype=np.int64)[which]
+    return group
 
 
 def stage_layers(layers: int, pp: np.ndarray) -> np.ndarray:
@@ -284,6 +304,12 @@ def _stages(m: ModelSpec, training: TrainingSpec, pc: ParamCount, lay: Layouts
     micro = lay.microbatches(training.global_batch)
     in_flight = np.minimum(lay.pp, micro)
     interleave = np.where(lay.vpp > 1, 1.0 + (lay.pp - 1) / (lay.pp * lay.vpp), 1.0)
+    # Interleaving warms up 2(p - 1) + (v - 1) N chunks of a micro-batch on the first stage (Megatron-Core
+    # get_pp_rank_microbatches), each 1/v of the stage: p (1 + (p - 1)/(p v)) stage-micro-batches with groups of
+    # N = p, and (v - 1)(N - p)/v more with the larger groups that M not a multiple of p needs (vp_group).
+    grouped = np.zeros(len(lay))
+    inter = np.flatnonzero(lay.vpp > 1)
+    grouped[inter] = (lay.vpp[inter] - 1) * (vp_group(micro[inter], lay.pp[inter]) - lay.pp[inter]) / lay.vpp[inter]
 
     unit = tokens * stored  # one layer's, one micro-batch's
 
@@ -310,7 +336,7 @@ def _stages(m: ModelSpec, training: TrainingSpec, pc: ParamCount, lay: Layouts
     first, last = end_stage_layers(m.layers, lay.pp)
     plain = lay.vpp == 1
     first = np.where(plain, first, n)
-    first_act = held(first, in_flight * interleave) + rebuilt
+    first_act = held(first, in_flight * interleave + grouped) + rebuilt
     last_act = held(last, np.ones_like(in_flight)) + np.maximum(rebuilt, logits)
     # Without PP one stage holds it all: its layers, both vocabulary matrices and the logits.
     solo_vocab = pc.embedding + pc.output

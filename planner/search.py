@@ -169,8 +169,10 @@ def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vp
         if pp == 1 or held < vpp:
             return "vpp_invalid", (f"{vpp} virtual stages need PP > 1 and a layer each; a stage holds {held} "
                                    f"layer{'s' if held != 1 else ''}")
-        if (b // dp // mb) % pp:
-            return "vpp_needs_microbatches", (f"interleaving needs a multiple of PP={pp} micro-batches per step, "
+        # At least PP micro-batches a step; since Megatron-Core's micro-batch groups (memory.vp_group) no
+        # longer a multiple of PP.
+        if b // dp // mb < pp:
+            return "vpp_needs_microbatches", (f"interleaving needs at least PP={pp} micro-batches per step, "
                                               f"not {b // dp // mb}")
     return None
 

@@ -5,7 +5,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..memory import offloaded_layers
+import numpy as np
+
+from ..memory import offloaded_layers, vp_group
 from ..spec import PlanSpec, RANK_ORDERS, RECOMPUTE
 from .names import KeptList, kept
 
@@ -52,6 +54,12 @@ class Job:
     def micro_batches(self) -> int:
         """Micro-batches per step in each DP replica: global batch / (DP x micro-batch)."""
         return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def vp_group(self) -> int:
+        """With interleaving, the micro-batches run through one virtual stage before the next (memory.vp_group):
+        PP unless the step's micro-batches are not a multiple of it."""
+        return int(vp_group(np.array([self.micro_batches]), np.array([self.pp]))[0])
 
     @property
     def layers_per_stage(self) -> int:

@@ -75,6 +75,8 @@ def _parallel(job: Job, arg, em: Emitter) -> None:
         _uneven_stages(job, arg, em)
     if job.vpp > 1:  # interleaved 1F1B: the virtual-stage count directly (it also allows uneven stages)
         arg("--num-virtual-stages-per-pipeline-rank", job.vpp)
+        if job.vp_group != job.pp:  # micro-batches not a multiple of PP: groups of N, as the plan's memory counts
+            arg("--microbatch-group-size-per-virtual-pipeline-stage", job.vp_group)
         if not job.spec.training.pp_comm_overlap:
             arg("--no-overlap-p2p-communication")
     if job.cp > 1:

@@ -152,6 +152,10 @@ def _pipeline(job: Job, key, em: Emitter) -> None:
     if job.pp == 1:
         return
     key("parallelism", "pipeline_parallel_schedule", SCHEDULE[job.vpp > 1])
+    if job.vpp > 1 and job.vp_group != job.pp:
+        em.note(f"{job.micro_batches} micro-batches a step over PP {job.pp}: the plan interleaves them in groups of "
+                f"{job.vp_group} (Megatron-Core's --microbatch-group-size-per-virtual-pipeline-stage); PyTorch's "
+                f"interleaved schedules have no such setting: make the micro-batches a multiple of PP")
     if job.vpp > 1 and job.spec.training.pp_comm_overlap:
         em.note("pp_comm_overlap: torchtitan's pipeline schedules wait for each receive before the chunk that needs "
                 "it, so stage hand-offs cost more than the plan assumed")

@@ -152,6 +152,22 @@ def test_the_llama3_example_exports_interleaving_and_its_batch():
     assert t["pipeline_parallel_layers_per_stage"] * t["pipeline_parallel_degree"] * best["layout"]["vpp"] == 80
 
 
+def test_the_nvl72_example_interleaves_micro_batches_in_groups_megatron_core_accepts():
+    """4,608 GB200 in NVL72 racks leave PP 9 (72 = 8 x 9; the global batch is a power of two), so the 32
+    micro-batches a step are no multiple of PP: Megatron-Core runs them in groups of 11 (memory.vp_group), which
+    the export sets; torchtitan has no such setting and says so."""
+    spec, result = answer("gb200-nvl72-405b")
+    best = result["plans"][0]
+    assert (best["layout"]["pp"], best["layout"]["vpp"]) == (9, 14)
+    m = megatron_args(launch_config(spec, best, "megatron").text)
+    assert m["--microbatch-group-size-per-virtual-pipeline-stage"] == "11"
+    assert "groups of 11" in launch_config(spec, best, "torchtitan").text
+    # A step whose micro-batches are a multiple of PP keeps Megatron-Core's default groups: no flag.
+    spec, result = answer("llama3-70b-h100-512-pinned")
+    assert "--microbatch-group-size-per-virtual-pipeline-stage" not in launch_config(
+        spec, result["plans"][0], "megatron").text
+
+
 # --------------------------------------------------------------------------------------------------------
 # Names checked against the kept lists
 

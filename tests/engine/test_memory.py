@@ -6,7 +6,7 @@ import pytest
 
 from planner import parse_spec
 from planner.memory import (GIB, RECOMPUTE_CODES, Layouts, activation_bytes_per_token, end_stage_layers, memory_per_gpu,
-                            params_on_gpu)
+                            params_on_gpu, vp_group)
 from planner.model import param_count
 
 
@@ -182,6 +182,21 @@ def test_first_stage_holds_pp_microbatches_and_interleaving_adds(gpt3):
     assert act(**base) == pytest.approx(6 * 16 * one_layer)
     # Interleaving with v = 2: x (1 + (p - 1)/(p v)) (Korthikanti et al. 2022, sec. 4.2.3).
     assert act(**base, vpp=2) == pytest.approx(6 * 16 * one_layer * (1 + 15 / 32))
+    # 24 micro-batches a step (DP 64), not a multiple of PP 16: groups of 24 (vp_group). Megatron-Core warms up
+    # 2(p - 1) + (v - 1) N chunks and runs one more: (30 + 24 + 1) / 2 = 27.5 stage-micro-batches, where groups of
+    # p = 16 would hold 16 (1 + 15/32) = 23.5.
+    assert act(**dict(base, dp=64), vpp=2) == pytest.approx(6 * 27.5 * one_layer)
+
+
+@pytest.mark.parametrize("micro, pp, group", [
+    (32, 9, 11),   # 32 % 11 = 10 >= 9 (10 leaves 2, fewer than PP: bubbles)
+    (64, 9, 11),   # 64 % 11 = 9
+    (16, 9, 16),   # 16 % n < 9 for n = 10..15: one group of all 16
+    (36, 9, 9),    # a multiple of PP: Megatron-Core's default groups of PP
+    (8, 9, 9),     # fewer than PP: no interleaving (search.inner_reason); PP as the default
+])
+def test_interleaved_micro_batch_groups_are_the_smallest_megatron_core_accepts(micro, pp, group):
+    assert int(vp_group(np.array([micro]), np.array([pp]))[0]) == group
 
 
 @pytest.mark.parametrize("layers, pp, first, last", [
