@@ -74,15 +74,17 @@ def compare_sections(*, plans: list[Plan]) -> list[dict[str, Any]]:
         ("Memory per GPU (GiB)",
          [(m, lambda b, m=m: (b.get("memory_gib") or {}).get(m)) for m in (*MEMORY_PARTS, "total", "capacity")]),
     ]
-    out = []
-    for title, rows in sections:
-        table = []
-        for label, read in rows:
-            source = plans if title == "Request" else bests
-            cells = [_format(read(item)) for item in source]
-            table.append({"label": label, "cells": cells, "differs": len(set(cells)) > 1})
-        out.append({"title": title, "rows": table})
-    return out
+    return [{"title": title, "rows": _table(rows, plans if title == "Request" else bests)}
+            for title, rows in sections]
+
+
+def _table(rows: list[tuple[str, Callable[[Any], Any]]], source: list[Any]) -> list[dict[str, Any]]:
+    """Each row's formatted cells, one per plan, and whether they differ."""
+    table = []
+    for label, read in rows:
+        cells = [_format(read(item)) for item in source]
+        table.append({"label": label, "cells": cells, "differs": len(set(cells)) > 1})
+    return table
 
 
 def compare_figures(*, plans: list[Plan]) -> dict[str, Figure]:
@@ -104,10 +106,8 @@ def compare_figures(*, plans: list[Plan]) -> dict[str, Figure]:
 def _chart_labels(plans: list[Plan]) -> list[str]:
     """Each plan's title with the request values that tell it from the others ("..., global batch 2,048"): plans
     of one sweep often share their title, and a chart's bars must say which is which."""
-    rows = [(label, [_format(read(plan)) for plan in plans]) for label, read in _request_rows()
-            if label not in ("status", *IN_TITLE)]
-    differing = [(label, cells) for label, cells in rows if len(set(cells)) > 1]
-    return [plan.title + "".join(f", {label} {cells[i]}" for label, cells in differing) for i, plan in enumerate(plans)]
+    differing = [r for r in _table(_request_rows(), plans) if r["differs"] and r["label"] not in ("status", *IN_TITLE)]
+    return [plan.title + "".join(f", {r['label']} {r['cells'][i]}" for r in differing) for i, plan in enumerate(plans)]
 
 
 def _best(plan: Plan) -> dict[str, Any]:
