@@ -1,6 +1,8 @@
 """Search speed: layouts searched, wall time and layouts per second for a 405B dense and a 671B MoE model.
 
-Run: python bench/search_speed.py
+Run: python bench/search_speed.py [GPUS ...] [--root CHECKOUT]
+--root times the engine of another checkout (for example a `git worktree` of an older commit) with this script's
+cases, so a change's cost in search time is measured against its base on the same machine, alternating the two.
 Targets (issue #9, part 4), one core: Llama 3.1 405B on 16,384 H100 in at most 0.3 s; DeepSeek-V3-size 671B MoE
 (256 experts, top-8) on 16,384 H800 with FP8 in at most 1.5 s. Pinned to one core by limiting numpy's thread
 pools before it is imported. Each figure is the best of REPEATS runs after a warm-up (the machine is shared).
@@ -14,10 +16,19 @@ from pathlib import Path
 
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = "1"
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+if "--root" in sys.argv:  # before the engine is imported: the checkout whose engine is timed
+    at = sys.argv.index("--root")
+    if at + 1 >= len(sys.argv) or not (Path(sys.argv[at + 1]) / "planner" / "__init__.py").is_file():
+        sys.exit("--root needs a checkout of this repository (a folder holding planner/__init__.py)")
+    ROOT = Path(sys.argv[at + 1]).resolve()
+    del sys.argv[at:at + 2]
+sys.path.insert(0, str(ROOT))
 
+import planner  # noqa: E402
 from planner import parse_spec, plan  # noqa: E402
 from planner.catalog import load_catalog  # noqa: E402
+from planner import constants  # noqa: E402
 
 REPEATS = 5
 DENSE = ("Llama 3.1 405B", "H100 SXM5 80GB", "DGX H100", "NDR InfiniBand rail-optimized (DGX SuperPOD)", "bf16", 2048)
@@ -57,6 +68,8 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     catalog = load_catalog()
+    version = getattr(constants, "ENGINE_VERSION", "(unversioned)")  # older checkouts had none
+    print(f"engine {version} of {Path(planner.__file__).parent}")
     sizes = tuple(int(a) for a in sys.argv[1:]) or (1024, 16384, 131072)
     run(DENSE, sizes, catalog)
     run(MOE, tuple(s for s in sizes if s <= 16384), catalog)
