@@ -102,6 +102,11 @@ class CollectiveCost:
     nbytes: np.ndarray | None = None
     factor: float | np.ndarray = 1.0    # nccl-tests bus bandwidth factor of this op and group size (per
                                         # candidate when costed over several groups)
+    # Per message (nbytes flattened), when costed over several groups: the algorithm it runs ("none" on a group
+    # of one GPU) and the fabrics its cost reports, i.e. what `algorithm` and `by_fabric`'s keys would be for it
+    # costed alone.
+    algorithms: tuple[str, ...] = ()
+    fabrics: tuple[frozenset, ...] = ()
 
     @property
     def busbw_gbytes_per_s(self) -> np.ndarray:
@@ -184,7 +189,11 @@ def collective_costs(table: OptionTable, nbytes: np.ndarray, which: np.ndarray,
     algorithm, protocol = table.largest(flat, rows, best[run], active)
     by_fabric = {f: t[run].reshape(size.shape) for f, t in by_fabric.items()}
     factor = table.factor[rows].reshape(size.shape) if factor is None else factor
-    return CollectiveCost(time_s[run].reshape(size.shape), by_fabric, algorithm, protocol, size, factor)
+    none = frozenset()
+    algorithms = tuple(table.names[r][b][0] if a else "none" for r, b, a in zip(rows, best[run], active))
+    fabrics = tuple(table.fabrics[r] if a else none for r, a in zip(rows, active))
+    return CollectiveCost(time_s[run].reshape(size.shape), by_fabric, algorithm, protocol, size, factor,
+                          algorithms, fabrics)
 
 
 def _runs(flat: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

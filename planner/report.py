@@ -8,13 +8,13 @@ import numpy as np
 
 from . import accuracy, collectives
 from . import constants as C
-from .compute import LayerTimes, Shard, layer_times
-from .memory import GIB, Layouts, memory_per_gpu
+from .compute import Shard, layer_times
+from .memory import GIB, Layouts, MemoryBreakdown, memory_per_gpu
 from .model import ParamCount, hardware_flops_per_step, model_flops_per_step
-from .placement import placement_map
-from .search import Evaluation, label, search, take_times
+from .placement import Placement, placement_map
+from .search import Evaluation, label, search
 from .spec import RANK_ORDERS, RECOMPUTE, PlanSpec
-from .steptime import group_columns, step_times
+from .steptime import Collective, StepTimes, group_columns, step_times
 
 MAX_CHART_CANDIDATES = 500
 
@@ -25,11 +25,7 @@ def plan(spec: PlanSpec, top: int = 10) -> dict[str, Any]:
     ev, rejected, considered, pc = search(spec)
     top = max(0, int(top))
     shown = np.arange(min(top, len(ev.step)))
-    top_lay = ev.candidates(shown)
-    # One layer_times call for all the plans shown (it is vectorised; per plan it would cost more than the rest).
-    lt = layer_times(spec.model, spec.cluster.gpu, spec.training,
-                     Shard(top_lay.tp, top_lay.cp, top_lay.ep, top_lay.micro_batch, top_lay.sp))
-    plans = [plan_entry(spec, pc, ev, int(i), take_times(lt, np.array([i]))) for i in shown]
+    plans = plan_entries(spec, pc, ev, ev.candidates(shown))
     best_map = None
     if plans:
         lay = plans[0]["layout"]
@@ -70,16 +66,29 @@ def layout_dict(lay: Layouts, i: int) -> dict[str, Any]:
             "zero": int(lay.zero[i]), "rank_order": RANK_ORDERS[int(lay.order[i])]}
 
 
-def plan_entry(spec: PlanSpec, pc: ParamCount, ev: Evaluation, i: int, lt: LayerTimes) -> dict[str, Any]:
-    """Everything about candidate i, re-costed alone so its per-collective details can be reported; `lt` are its
-    layer times (compute.layer_times of this one candidate)."""
-    one = ev.candidates(np.array([i]))
-    key = (int(one.tp[0]), int(one.cp[0]), int(one.dp[0]), int(one.pp[0]), int(one.ep[0]), int(one.order[0]))
-    placement = ev.placements[key]
-    st = step_times(spec, pc, one, group_columns([placement], np.zeros(1, dtype=np.intp), options=ev.options), lt)
-    step = float(st.step[0])
+def plan_entries(spec: PlanSpec, pc: ParamCount, ev: Evaluation, top: Layouts) -> list[dict[str, Any]]:
+    """The answer's entries for the best candidates `top` (ranked), re-costed with the per-collective details
+    the search does not keep: one vectorised costing of them all (per plan, the fixed cost of each vectorised
+    call would cost more than the rest of the answer)."""
+    if not len(top):
+        return []
+    keys = zip(top.tp.tolist(), top.cp.tolist(), top.dp.tolist(), top.pp.tolist(), top.ep.tolist(),
+               top.order.tolist())
+    placements = [ev.placements[key] for key in keys]
+    lt = layer_times(spec.model, spec.cluster.gpu, spec.training, Shard(top.tp, top.cp, top.ep, top.micro_batch,
+                                                                        top.sp))
+    st = step_times(spec, pc, top, group_columns(placements, np.arange(len(top)), options=ev.options), lt)
+    mem = memory_per_gpu(spec.model, spec.training, pc, top)
+    return [plan_entry(spec, top, j, placements[j], st, mem) for j in range(len(top))]
+
+
+def plan_entry(spec: PlanSpec, top: Layouts, j: int, placement: Placement, st: StepTimes,
+               mem: MemoryBreakdown) -> dict[str, Any]:
+    """Everything about the candidate of rank j + 1: row j of `top`, its step times `st` (with the per-collective
+    details) and its memory `mem` (plan_entries)."""
+    one = top.take(np.array([j]))
+    step = float(st.step[j])
     n_gpus, tr = spec.cluster.num_gpus, spec.training
-    mem = memory_per_gpu(spec.model, tr, pc, one)
     model_flops = model_flops_per_step(spec.model, tr.global_batch)
     hw_flops = hardware_flops_per_step(spec.model, tr.global_batch, RECOMPUTE[int(one.recompute[0])],
                                        float(one.full_share[0]))
@@ -88,10 +97,10 @@ def plan_entry(spec: PlanSpec, pc: ParamCount, ev: Evaluation, i: int, lt: Layer
     tokens_per_s = tr.global_batch * spec.model.seq_len / step
     train_s = tr.tokens / tokens_per_s if tr.tokens else None
     capacity = spec.cluster.gpu.memory_gib
-    memory = {k: _r(getattr(mem, k)[0] / GIB) for k in ("weights", "gradients", "optimizer", "activations", "other")}
-    total = float(mem.total[0] / GIB)
+    memory = {k: _r(getattr(mem, k)[j] / GIB) for k in ("weights", "gradients", "optimizer", "activations", "other")}
+    total = float(mem.total[j] / GIB)
     return {
-        "rank": i + 1,
+        "rank": j + 1,
         "layout": layout_dict(one, 0),
         "label": label(one, 0),
         "description": placement.describe(),
@@ -103,21 +112,23 @@ def plan_entry(spec: PlanSpec, pc: ParamCount, ev: Evaluation, i: int, lt: Layer
         "hfu": _r(hw_flops / step / n_gpus / (peak * 1e12)),
         "memory_gib": {**memory, "total": _r(total), "capacity": _r(capacity), "headroom": _r(capacity - total)},
         # Step time and its parts to the nanosecond, not 6 digits: the rounded parts must still sum to the step.
-        "time_s": {k: round(float(v[0]), 9) for k, v in st.parts.items()},
-        "comm": [_comm_entry(c) for c in st.collectives],
+        "time_s": {k: round(float(v[j]), 9) for k, v in st.parts.items()},
+        "comm": [_comm_entry(c, j, algorithm, by_fabric) for c, algorithm, by_fabric in st.collectives_of(j)],
         "placement": placement.as_dict(),
         "time_to_train_s": _r(train_s) if train_s is not None else None,
         "gpu_hours": _r(train_s * n_gpus / 3600.0) if train_s is not None else None,
     }
 
 
-def _comm_entry(c) -> dict[str, Any]:
-    return {"group": c.group, "collective": c.op, "over": c.over or c.group, "algorithm": c.algorithm,
-            "fabric": max(c.by_fabric, key=lambda f: float(c.by_fabric[f][0])) if c.by_fabric else "none",
-            "bytes_per_call": _r(c.bytes_per_call[0]), "calls_per_step": _r(c.calls[0]),
-            "bytes_per_step": _r(c.bytes_per_call[0] * c.calls[0]),
-            "time_s": _r(c.time_s[0]), "exposed_s": _r(c.exposed_s[0]),
-            "time_by_fabric_s": {f: _r(t[0]) for f, t in c.by_fabric.items()}}
+def _comm_entry(c: Collective, j: int, algorithm: str, by_fabric: dict[str, float]) -> dict[str, Any]:
+    """Candidate j's part of collective `c`, which it runs with `algorithm`, taking `by_fabric` seconds on each
+    fabric (StepTimes.collectives_of)."""
+    return {"group": c.group, "collective": c.op, "over": c.over or c.group, "algorithm": algorithm,
+            "fabric": max(by_fabric, key=by_fabric.__getitem__) if by_fabric else "none",
+            "bytes_per_call": _r(c.bytes_per_call[j]), "calls_per_step": _r(c.calls[j]),
+            "bytes_per_step": _r(c.bytes_per_call[j] * c.calls[j]),
+            "time_s": _r(c.time_s[j]), "exposed_s": _r(c.exposed_s[j]),
+            "time_by_fabric_s": {f: _r(t) for f, t in by_fabric.items()}}
 
 
 def chart_candidates(ev: Evaluation) -> list[dict[str, Any]]:

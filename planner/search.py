@@ -474,7 +474,7 @@ def _rank(step: np.ndarray, memory: np.ndarray) -> np.ndarray:
     """Candidates best first: by step time to the nanosecond, then memory, then enumeration order (what
     np.lexsort((memory, round(step, 9))) gives). One sort of the step times; only equal times are sorted again."""
     key = np.round(step, 9)
-    order = np.argsort(key, kind="stable")
+    order = np.argsort(key)  # any order inside a run of equal times: the runs are sorted again below
     ranked = key[order]
     tie = np.flatnonzero(ranked[1:] == ranked[:-1])
     if tie.size:

@@ -46,6 +46,10 @@ class Collective:
     by_fabric: dict[str, np.ndarray]
     algorithm: str
     over: str = ""                # the ranks it runs over when not `group` (DP gradient stages over the CP ranks)
+    # Per candidate, with the fabric split (GroupColumn.detail): the algorithm its calls run and the fabrics its
+    # time is reported on ("none" and none for a candidate that makes no call). See StepTimes.collectives_of.
+    algorithms: tuple[str, ...] = ()
+    fabrics: tuple[frozenset, ...] = ()
 
 
 @dataclass
@@ -56,6 +60,12 @@ class StepTimes:
     @property
     def step(self) -> np.ndarray:
         return sum(self.parts.values())
+
+    def collectives_of(self, j: int) -> list[tuple[Collective, str, dict[str, float]]]:
+        """Candidate j's collectives (those it calls), each with its algorithm and its time by fabric: what
+        step_times of candidate j alone would list (needs GroupColumn.detail)."""
+        return [(c, c.algorithms[j], {f: float(t[j]) for f, t in c.by_fabric.items() if f in c.fabrics[j]})
+                for c in self.collectives if c.calls[j] > 0]
 
 
 @dataclass
@@ -169,22 +179,30 @@ def _collective(spec: PlanSpec, placement: dict[str, GroupColumn], group: str, o
     if table is not None and col.multi is not None:  # a group of one GPU makes no call
         calls = np.where(col.multi, calls, 0.0)
     busy = np.flatnonzero(calls > 0) if table is not None else np.zeros(0, dtype=np.intp)
+    n = len(col.index)
     if not busy.size:  # nobody makes this call (the ZeRO-3 collectives of ZeRO-1 candidates, CP stages of CP 1)
-        zero = np.zeros(len(col.index))
+        zero = np.zeros(n)
         return Collective(group, op, nbytes, zero, zero, zero, {}, "none", over)
-    everyone = busy.size == len(col.index)
+    everyone = busy.size == n
     made = calls if everyone else calls[busy]
     size, which = (nbytes, col.index) if everyone else (nbytes[busy], col.index[busy])
+    algorithms: tuple[str, ...] = ()
+    fabrics: tuple[frozenset, ...] = ()
     if col.detail:
         cost = collective_costs(table, size, which)
         seconds, algorithm = cost.time_s, cost.algorithm
-        by_fabric = {fab: _spread(t * made, busy, len(col.index)) for fab, t in cost.by_fabric.items()}
+        by_fabric = {fab: _spread(t * made, busy, n) for fab, t in cost.by_fabric.items()}
+        algorithms, fabrics = cost.algorithms, cost.fabrics
+        if not everyone:
+            at = dict(zip(busy.tolist(), range(busy.size)))
+            algorithms = tuple(algorithms[at[i]] if i in at else "none" for i in range(n))
+            fabrics = tuple(fabrics[at[i]] if i in at else frozenset() for i in range(n))
     else:  # ranking: totals alone
         seconds, algorithm, by_fabric = collective_seconds(table, size, which), "", {}
-    total = _spread(seconds * made, busy, len(col.index))
+    total = _spread(seconds * made, busy, n)
     # exposed_s starts as the whole time; callers replace it (never write into it), so it may share the array.
     calls = np.broadcast_to(calls, col.index.shape)
-    return Collective(group, op, nbytes, calls, total, total, by_fabric, algorithm, over)
+    return Collective(group, op, nbytes, calls, total, total, by_fabric, algorithm, over, algorithms, fabrics)
 
 
 def _spread(values: np.ndarray, where: np.ndarray, n: int) -> np.ndarray:

@@ -272,3 +272,28 @@ def test_micro_batches_beyond_64_sequences_are_searched_while_short(catalog, gpt
     assert sizes[1024] == sizes[2048] + [96] and sizes[512] == sizes[2048] + [96, 192]
     gpt3_doc["layout"] = {"micro_batch": 192}  # a pin is honoured whatever the bound
     assert micro_batch_options(parse_spec(gpt3_doc, catalog), 8) == [192]
+
+
+def test_the_plans_costed_together_read_as_each_costed_alone(catalog):
+    """report.plan_entries costs the plans shown in one vectorised call; each entry must be what costing its
+    plan alone gives, down to each collective's algorithm and the fabrics its time is reported on, which differ
+    between these plans (some DP groups stay inside an NVLink domain, others cross InfiniBand)."""
+    import numpy as np
+
+    from planner.report import plan_entries
+    from planner.search import search
+    from tests.engine.golden import cases
+
+    spec = parse_spec(cases()["8b-h100-256-roce-cp"], catalog)
+    ev, _, _, pc = search(spec)
+    together = plan_entries(spec, pc, ev, ev.candidates(np.arange(10)))
+    alone = [plan_entries(spec, pc, ev, ev.candidates(np.array([j])))[0] for j in range(10)]
+    for j, (entry, single) in enumerate(zip(together, alone, strict=True)):
+        assert entry["rank"] == j + 1 and single["rank"] == 1
+        assert {**entry, "rank": 1} == single
+    fabrics = {tuple(c["time_by_fabric_s"]) for e in together for c in e["comm"]
+               if (c["group"], c["collective"]) == ("dp", "reduce_scatter")}
+    algorithms = {c["algorithm"] for e in together for c in e["comm"] if (c["group"], c["collective"]) == (
+        "dp", "reduce_scatter")}
+    assert len(fabrics) > 1 and len(algorithms) > 1  # the case this test is for
+    assert plan_entries(spec, pc, ev, ev.candidates(np.arange(0))) == []
