@@ -297,3 +297,17 @@ def test_the_plans_costed_together_read_as_each_costed_alone(catalog):
         "dp", "reduce_scatter")}
     assert len(fabrics) > 1 and len(algorithms) > 1  # the case this test is for
     assert plan_entries(spec, pc, ev, ev.candidates(np.arange(0))) == []
+
+
+@pytest.mark.parametrize("distinct_times", [3, 40, 100_000])
+def test_the_ranking_is_the_lexsort_it_stands_for(distinct_times):
+    """search._rank sorts the step times with an unstable sort and sorts runs of equal times again; it must give
+    exactly np.lexsort((memory, round(step, 9))): time to the nanosecond, then memory, then enumeration order,
+    with many ties of time and of time and memory alike (the unstable sort mixes such runs up)."""
+    import numpy as np
+
+    from planner.search import _rank
+    rng = np.random.default_rng(11)
+    step = rng.integers(0, distinct_times, size=50_000) * 0.25 + rng.integers(0, 2, size=50_000) * 1e-11
+    memory = rng.integers(0, 5, size=50_000).astype(float)
+    assert np.array_equal(_rank(step, memory), np.lexsort((np.arange(50_000), memory, np.round(step, 9))))
