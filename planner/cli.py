@@ -161,9 +161,9 @@ def _read_spec(path: str) -> Any:
 def print_table(answer: dict[str, Any], out: TextIO) -> None:
     spec = answer["spec"]
     m, c = spec["model"], spec["cluster"]
-    out.write(f"{m['name']}: {answer['model']['params'] / 1e9:.1f}B parameters, {c['num_gpus']} x {c['gpu']['name']}"
+    out.write(f"{m['name']}: {answer['model']['params'] / 1e9:.1f}B parameters, {c['num_gpus']:,} x {c['gpu']['name']}"
               f" ({c['node']['name']}, {c['fabric']['name']})\n")
-    out.write(f"searched {answer['searched']} layouts, {answer['feasible']} feasible, "
+    out.write(f"searched {answer['searched']:,} layouts, {answer['feasible']:,} feasible, "
               f"in {answer['elapsed_s']:.2f} s\n\n")
     if answer["plans"]:
         out.write(f"best: {answer['plans'][0]['description']}\n")
@@ -175,12 +175,12 @@ def print_table(answer: dict[str, Any], out: TextIO) -> None:
             out.write(f"how far to trust the order: {order['statement']}\n")
         tied = set(accuracy.ties(answer["plans"], order.get("tie_within")))
         out.write("\n")
-        header = f"{'#':>5}  {'layout':<46} {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'GiB':>6}  exposed time (s)\n"
-        out.write(header)
+        width = max([46] + [len(p["label"]) for p in answer["plans"]])  # labels grow with the options they name
+        out.write(f"{'#':>5}  {'layout':<{width}} {'step s':>9} {'tokens/s':>13} {'MFU':>6} {'GiB':>6}  exposed time (s)\n")
         for p in answer["plans"]:
             parts = ", ".join(f"{k} {v:.3g}" for k, v in p["time_s"].items() if v > 0)
             rank = f"{'~' if p['rank'] in tied else ''}{p['rank']}"
-            out.write(f"{rank:>5}  {p['label']:<46} {p['step_time_s']:>9.3f} {p['tokens_per_s']:>11.0f} "
+            out.write(f"{rank:>5}  {p['label']:<{width}} {p['step_time_s']:>9.3f} {p['tokens_per_s']:>13,.0f} "
                       f"{p['mfu']:>6.1%} {p['memory_gib']['total']:>6.1f}  {parts}\n")
         if tied:
             out.write("~ within the model's measured error of the best: not reliably slower\n")
@@ -193,4 +193,4 @@ def print_table(answer: dict[str, Any], out: TextIO) -> None:
     if answer["rejected"]:
         out.write("\nrejected:\n")
         for reason, count in answer["rejected"].items():
-            out.write(f"  {count:>8}  {reason}: e.g. {answer['rejected_examples'][reason]}\n")
+            out.write(f"  {count:>10,}  {reason}: e.g. {answer['rejected_examples'][reason]}\n")

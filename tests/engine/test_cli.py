@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,24 @@ def test_plan_prints_a_table():
     out = run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), "--format", "table", "--top", "2")
     assert out.returncode == 0, out.stderr
     assert "best: TP" in out.stdout and "rejected:" in out.stdout and "tp_crosses_nvlink_domain" in out.stdout
+
+
+def test_the_table_keeps_its_columns_under_long_labels_and_groups_digits():
+    """The GB200 example's plans include "... SP ZeRO-1 PP inside DP" (47 characters, over the layout column's 46):
+    every row's step time still ends under the header's, and counts read with thousands separators."""
+    out = run("plan", str(EXAMPLES / "gb200-nvl72-405b.json"), "--format", "table", "--top", "5")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    header = next(line for line in lines if "step s" in line)
+    rows = [line for line in lines if line[:5].strip().lstrip("~").isdigit()]
+    assert len(rows) == 5 and any(len(line.split("  ")[2].strip()) > 46 for line in rows if "PP inside DP" in line)
+    end = header.index("step s") + len("step s")
+    assert all(re.fullmatch(r"\d+\.\d{3}", row[end - 9:end].strip()) and row[end] == " " for row in rows)
+    tokens_end = header.index("tokens/s") + len("tokens/s")
+    assert all(re.fullmatch(r"\d{1,3}(,\d{3})+", row[tokens_end - 13:tokens_end].strip()) for row in rows)
+    assert lines[0].startswith("Llama 3.1 405B: 405.9B parameters, 4,608 x GB200")
+    assert re.match(r"searched \d{1,3}(,\d{3})+ layouts, \d{1,3}(,\d{3})+ feasible", lines[1])
+    assert re.search(r"^ +\d{1,3},\d{3}  zero_with_pipeline: e\.g\. ", out.stdout, re.M)
 
 
 def test_the_table_marks_the_layouts_the_model_cannot_tell_from_the_best():
