@@ -344,7 +344,8 @@ def _torus_ring_hops(cluster: ClusterSpec, stride: int, size: int, closed: bool
 def placement_map(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int, rank_order: str,
                   limit_gpus: int = 256) -> dict:
     """Physical GPUs by node with their rank coordinates, for the page's map (domains outlined, coloured by
-    pipeline stage). Shows whole nodes: the first nodes of up to four pipeline stages, then following nodes.
+    pipeline stage). Shows whole nodes (whole NVLink domains where a domain spans nodes): the first of up to four
+    pipeline stages, then the following ones, at most `limit_gpus` GPUs.
 
     Each cell: gpu (physical id), node, domain (NVLink domain index), rank (global rank), and the rank's
     coordinates: tp and cp are its index inside its TP and CP group, dp the data-parallel replica it belongs to,
@@ -353,14 +354,19 @@ def placement_map(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: 
     if tp * cp * dp * pp != cluster.num_gpus:
         raise ValueError(f"tp*cp*dp*pp = {tp * cp * dp * pp} must equal num_gpus ({cluster.num_gpus})")
     g, n = cluster.node.gpus, cluster.num_gpus
-    shown = range(n) if n <= limit_gpus else _shown_gpus(n, g, strides["pp"][0], pp, limit_gpus)
     dom = domain_gpus(cluster)
+    # Whole NVLink domains where one spans several nodes and fits the limit (a GB200 NVL72 rack of 18 trays), so
+    # that the outline of each domain shown is the whole domain; whole nodes otherwise.
+    unit = dom if g < dom <= limit_gpus else g
+    shown = range(n) if n <= limit_gpus else _shown_gpus(n, unit, strides["pp"][0], pp, limit_gpus)
     cells = [_cell(gpu, g, dom, tp, cp, dp, pp, ep, rank_order) for gpu in shown]
     return {"gpus_total": n, "gpus_shown": len(cells), "gpus_per_node": g, "nvlink_domain_gpus": dom,
             "rank_order": rank_order, "cells": cells}
 
 
 def _shown_gpus(n: int, g: int, pp_stride: int, pp: int, limit: int) -> list[int]:
+    """The GPUs of whole units of g GPUs (nodes or NVLink domains), at most `limit` GPUs: the first units of up to
+    four pipeline stages (the unit holding each stage's first GPU onwards), then the following units."""
     budget = max(1, limit // g)
     stages = min(pp, 4)
     per_stage = max(1, budget // stages)

@@ -286,6 +286,26 @@ def test_caller_errors_are_value_errors():
         place(make_cluster(64), 8, 1, 8, 1, 0, "tp-cp-dp-pp")
 
 
+def test_placement_map_shows_whole_nvl72_racks_not_parts_of_them():
+    """On GB200 NVL72 (4-GPU trays, 72-GPU NVLink domains) the map shows whole racks, so each outline drawn is a
+    whole domain: three racks fit 256 GPUs, the ones holding the first GPU of pipeline stages 0, 1 and 2 (stage
+    s starts at GPU 512 s: racks 0, 7 and 14), the later two shared by the stage before."""
+    cluster = make_cluster(4608, node="GB200 NVL72 compute tray", gpu="GB200",
+                           fabric="XDR InfiniBand rail-optimized (Quantum-X800)")
+    assert (domain_gpus(cluster), cluster.node.gpus) == (72, 4)
+    m = placement_map(cluster, 4, 2, 64, 9, 1, "tp-cp-dp-pp")
+    assert (m["gpus_total"], m["gpus_shown"], m["nvlink_domain_gpus"]) == (4608, 216, 72)
+    domains = {}
+    for c in m["cells"]:
+        domains.setdefault(c["domain"], []).append(c["gpu"])
+    assert {d: sorted(g) for d, g in domains.items()} == {d: list(range(72 * d, 72 * d + 72)) for d in (0, 7, 14)}
+    assert {c["pp"] for c in m["cells"] if c["domain"] == 7} == {0, 1}   # GPUs 504-511 of stage 0, then stage 1
+    # An 8-GPU node that is its own domain keeps whole nodes (the test above); so does a domain over the limit.
+    nvl576 = dataclasses.replace(cluster, node=dataclasses.replace(cluster.node, nvlink_domain_gpus=576))
+    wide = placement_map(nvl576, 4, 2, 64, 9, 1, "tp-cp-dp-pp")
+    assert wide["gpus_shown"] == 256 and len({c["node"] for c in wide["cells"]}) == 64
+
+
 def test_a_cluster_smaller_than_a_node():
     cluster = dataclasses.replace(make_cluster(8), num_gpus=4)
     placed = place(cluster, 2, 1, 2, 1, 1, "tp-cp-dp-pp")
