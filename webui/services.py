@@ -183,10 +183,11 @@ def spec_parse(*, data: Any, catalog: Catalog | None = None) -> PlanSpec:
 
 
 def spec_hash(spec: dict[str, Any]) -> str:
-    """sha256 of the canonical spec and the engine version: identical requests to the same engine hash alike,
-    and an answer is reused only for its own engine version."""
-    text = json.dumps({"engine": ENGINE_VERSION, "spec": spec}, sort_keys=True, separators=(",", ":"),
-                      allow_nan=False)
+    """sha256 of the canonical spec and the engine: its version and its build (accuracy.fingerprint, over the
+    engine's code and data), so identical requests to the same engine hash alike and an answer is reused only by
+    the engine that wrote it, even where a change of the answer's contents (a chart's data) kept the version."""
+    text = json.dumps({"engine": ENGINE_VERSION, "build": accuracy.fingerprint(), "spec": spec}, sort_keys=True,
+                      separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

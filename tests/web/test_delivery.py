@@ -447,6 +447,18 @@ def test_the_spec_hash_covers_the_engine_version(seeded, small_spec, monkeypatch
     assert services.spec_hash(copy.deepcopy(spec)) != before
 
 
+def test_an_answer_is_reused_only_by_the_engine_build_that_wrote_it(seeded, small_spec, sent, monkeypatch):
+    """A change of the engine's code or data that kept its version (a chart's data, a message) must not serve an
+    answer written by the build before it: the hash covers accuracy.fingerprint() too."""
+    spec = services.spec_parse(data=small_spec)
+    original = services.plan_create(spec=spec)
+    services.plan_run(plan_id=original.pk)
+    assert services.plan_create(spec=spec).reused_from == original
+    monkeypatch.setattr(services.accuracy, "fingerprint", lambda: "0123456789abcdef")
+    again = services.plan_create(spec=spec)
+    assert again.reused_from is None and again.status == "queued" and again.spec_hash != original.spec_hash
+
+
 def test_delivery_imports_neither_the_tasks_nor_the_services():
     # services -> delivery is the one direction: delivery sends the task by name (PLAN_RUN_TASK).
     import ast
