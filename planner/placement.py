@@ -64,6 +64,10 @@ class GroupPlacement:
     members_per_unit: dict[str, int]         # scale-out level -> members of one group in one unit of it
     egress_gbytes_per_s: dict[str, float]    # scale-out level -> unit egress (line rate) / shared_by
     bottleneck: str           # link level that bounds its bandwidth
+    # Members in the fullest NVLink domain it touches, and whether every domain it touches holds that many
+    # (per_domain is their mean, rounded up: what the costs use; these are for the description).
+    most_per_domain: int = 0
+    even_per_domain: bool = True
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -96,7 +100,8 @@ def _describe(g: GroupPlacement, topology: str) -> str:
     if g.domains == 1:
         return f"{name} inside each NVLink domain" + (f" (across {g.nodes} nodes)" if g.nodes > 1 else "")
     where = f"across {g.nodes} nodes" if g.nodes == g.domains else f"across {g.domains} NVLink domains"
-    notes = [f"{g.per_domain} per NVLink domain"] if g.per_domain > 1 else []
+    most = max(g.most_per_domain, g.per_domain)
+    notes = [f"{'' if g.even_per_domain else 'up to '}{most} per NVLink domain"] if most > 1 else []
     if g.bottleneck in LEVEL_NAMES and g.bottleneck != "nic":
         notes.append(f"{LEVEL_NAMES[g.bottleneck]} shared {g.shared_by[g.bottleneck]}-way")
     elif topology == "rail_optimized" and "leaf_uplink" not in g.links:
@@ -171,7 +176,7 @@ def _group(cluster: ClusterSpec, kind: str, stride: int, size: int) -> GroupPlac
     s = _shape(cluster, int(stride), int(size), kind != "pp")
     return GroupPlacement(kind, int(size), int(stride), s.per_domain, s.domains, s.nodes, s.fabric, s.links,
                           dict(s.shared_by), s.nvlink_busbw, s.scaleout_busbw, s.hops, dict(s.members),
-                          dict(s.egress), s.bottleneck)
+                          dict(s.egress), s.bottleneck, s.most_per_domain, s.even_per_domain)
 
 
 @dataclass(frozen=True)
@@ -190,6 +195,8 @@ class _Shape:
     scaleout_busbw: float
     hops: int
     bottleneck: str
+    most_per_domain: int
+    even_per_domain: bool
 
 
 def _worst_start(stride: int, size: int, unit: int, total: int) -> int:
@@ -218,6 +225,16 @@ def _spread(stride: int, size: int, unit: int, total: int) -> tuple[int, int]:
     return -(-size // units), units
 
 
+def _held(stride: int, size: int, unit: int, total: int) -> tuple[int, bool]:
+    """(members in its fullest unit, whether every unit it touches holds as many) for the group _spread measures
+    (the one that spans the most units): 64 DP ranks 8 GPUs apart on 72-GPU NVLink domains hold 9, 9, ... 9
+    and 1 (per_domain, their mean rounded up, is 8)."""
+    start = _worst_start(stride, size, unit, total) if stride < unit else 0
+    counts = np.bincount((start + stride * np.arange(size, dtype=np.int64)) // unit)
+    counts = counts[counts > 0]
+    return int(counts.max()), bool(counts.min() == counts.max())
+
+
 def _crossing(unit: int, stride: int, size: int, total: int) -> tuple[bool, int, int]:
     """Whether groups leave units of `unit` GPUs, how many groups share one unit's egress, and one group's
     members in a unit. When blocks (stride * size GPUs of interleaved groups) tile the units, a unit holds
@@ -237,12 +254,13 @@ def _shape(cluster: ClusterSpec, stride: int, size: int, closed: bool) -> _Shape
     point-to-point neighbours, the pipeline)."""
     dom = domain_gpus(cluster)
     per_domain, domains = _spread(stride, size, dom, cluster.num_gpus)
+    held = _held(stride, size, dom, cluster.num_gpus)
     nodes = _spread(stride, size, min(cluster.node.gpus, cluster.num_gpus), cluster.num_gpus)[1]
     nvlink = nvlink_ring_busbw(cluster) if per_domain > 1 else 0.0
     if size == 1 or domains == 1:
         links = ("nvlink",) if size > 1 else ()
         return _Shape(per_domain, 1, nodes, "nvlink", links, (), (), (), nvlink, 0.0, 1 if size > 1 else 0,
-                      "nvlink" if size > 1 else "none")
+                      "nvlink" if size > 1 else "none", *held)
     if cluster.fabric.topology == "torus":
         crossed, pair = _torus_load(cluster, stride, size, closed)
     else:
@@ -255,7 +273,7 @@ def _shape(cluster: ClusterSpec, stride: int, size: int, closed: bool) -> _Shape
     bottleneck = "nvlink" if 0 < nvlink < scaleout else limit
     return _Shape(per_domain, domains, nodes, cluster.fabric.kind, tuple(x for x in LINK_ORDER if x in names),
                   tuple((lv, sh) for lv, sh, _, _ in crossed), tuple((lv, m) for lv, _, m, _ in crossed),
-                  tuple(egress.items()), nvlink, scaleout, hops, bottleneck)
+                  tuple(egress.items()), nvlink, scaleout, hops, bottleneck, *held)
 
 
 def _tree_load(cluster: ClusterSpec, stride: int, size: int) -> tuple[list, tuple[int, int]]:

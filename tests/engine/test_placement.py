@@ -306,6 +306,20 @@ def test_placement_map_shows_whole_nvl72_racks_not_parts_of_them():
     assert wide["gpus_shown"] == 256 and len({c["node"] for c in wide["cells"]}) == 64
 
 
+def test_an_uneven_spread_over_nvlink_domains_is_described_as_it_is():
+    """64 DP ranks 8 GPUs apart on 72-GPU NVLink domains sit 9, 9, ... 9 and 1 to a domain: the description says
+    "up to 9", not the rounded mean of 8 that the costs use; where every domain holds as many, it says so plainly."""
+    nvl72 = make_cluster(4608, node="GB200 NVL72 compute tray", gpu="GB200",
+                         fabric="XDR InfiniBand rail-optimized (Quantum-X800)")
+    dp = place(nvl72, 4, 2, 64, 9, 1, "tp-cp-dp-pp").groups["dp"]
+    assert (dp.per_domain, dp.domains, dp.most_per_domain, dp.even_per_domain) == (8, 8, 9, False)
+    assert "DP 64 across 8 NVLink domains over InfiniBand (up to 9 per NVLink domain)" in place(
+        nvl72, 4, 2, 64, 9, 1, "tp-cp-dp-pp").describe()
+    dgx = place(make_cluster(1024), 4, 1, 32, 8, 1, "tp-cp-dp-pp").groups["dp"]  # 2 ranks on each 8-GPU node
+    assert (dgx.per_domain, dgx.most_per_domain, dgx.even_per_domain) == (2, 2, True)
+    assert "(2 per NVLink domain" in place(make_cluster(1024), 4, 1, 32, 8, 1, "tp-cp-dp-pp").describe()
+
+
 def test_a_cluster_smaller_than_a_node():
     cluster = dataclasses.replace(make_cluster(8), num_gpus=4)
     placed = place(cluster, 2, 1, 2, 1, 1, "tp-cp-dp-pp")
