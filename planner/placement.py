@@ -66,8 +66,8 @@ class GroupPlacement:
     bottleneck: str           # link level that bounds its bandwidth
     # Members in the fullest NVLink domain it touches, and whether every domain it touches holds that many
     # (per_domain is their mean, rounded up: what the costs use; these are for the description).
-    most_per_domain: int = 0
-    even_per_domain: bool = True
+    most_per_domain: int
+    even_per_domain: bool
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -100,7 +100,7 @@ def _describe(g: GroupPlacement, topology: str) -> str:
     if g.domains == 1:
         return f"{name} inside each NVLink domain" + (f" (across {g.nodes} nodes)" if g.nodes > 1 else "")
     where = f"across {g.nodes} nodes" if g.nodes == g.domains else f"across {g.domains} NVLink domains"
-    most = max(g.most_per_domain, g.per_domain)
+    most = g.most_per_domain
     notes = [f"{'' if g.even_per_domain else 'up to '}{most} per NVLink domain"] if most > 1 else []
     if g.bottleneck in LEVEL_NAMES and g.bottleneck != "nic":
         notes.append(f"{LEVEL_NAMES[g.bottleneck]} shared {g.shared_by[g.bottleneck]}-way")
