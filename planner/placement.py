@@ -225,14 +225,14 @@ def _spread(stride: int, size: int, unit: int, total: int) -> tuple[int, int]:
     return -(-size // units), units
 
 
-def _held(stride: int, size: int, unit: int, total: int) -> tuple[int, bool]:
-    """(members in its fullest unit, whether every unit it touches holds as many) for the group _spread measures
-    (the one that spans the most units): 64 DP ranks 8 GPUs apart on 72-GPU NVLink domains hold 9, 9, ... 9
-    and 1 (per_domain, their mean rounded up, is 8)."""
+def _domain_spread(stride: int, size: int, unit: int, total: int) -> tuple[int, int, int, bool]:
+    """_spread's (members per unit, units spanned) of the group that spans the most units, counted member by
+    member, with the members in its fullest unit and whether every unit it touches holds as many: 64 DP ranks 8
+    GPUs apart on 72-GPU NVLink domains span 8 and hold 9, 9, ... 9 and 1 (8 per unit, the mean rounded up)."""
     start = _worst_start(stride, size, unit, total) if stride < unit else 0
     counts = np.bincount((start + stride * np.arange(size, dtype=np.int64)) // unit)
     counts = counts[counts > 0]
-    return int(counts.max()), bool(counts.min() == counts.max())
+    return -(-size // len(counts)), len(counts), int(counts.max()), bool(counts.min() == counts.max())
 
 
 def _crossing(unit: int, stride: int, size: int, total: int) -> tuple[bool, int, int]:
@@ -253,8 +253,7 @@ def _shape(cluster: ClusterSpec, stride: int, size: int, closed: bool) -> _Shape
     """Links, sharing and bandwidth of the groups of one (stride, size); `closed`: a ring (False: a chain of
     point-to-point neighbours, the pipeline)."""
     dom = domain_gpus(cluster)
-    per_domain, domains = _spread(stride, size, dom, cluster.num_gpus)
-    held = _held(stride, size, dom, cluster.num_gpus)
+    per_domain, domains, *held = _domain_spread(stride, size, dom, cluster.num_gpus)
     nodes = _spread(stride, size, min(cluster.node.gpus, cluster.num_gpus), cluster.num_gpus)[1]
     nvlink = nvlink_ring_busbw(cluster) if per_domain > 1 else 0.0
     if size == 1 or domains == 1:

@@ -337,3 +337,15 @@ def test_placement_map_shows_whole_nodes_of_several_stages():
     small = placement_map(make_cluster(64), 8, 1, 2, 4, 2, "tp-cp-pp-dp")
     assert small["gpus_shown"] == 64 and {c["ep"] for c in small["cells"]} == {0, 1}
     assert json.loads(json.dumps(small)) == small
+
+
+@pytest.mark.parametrize("unit", [4, 8, 72, 576])
+def test_the_counted_domain_spread_agrees_with_the_closed_form(unit):
+    """placement._domain_spread counts a group's members unit by unit; its members per unit and units spanned must
+    be _spread's, which the costs of every other unit (nodes, switches) use."""
+    from planner.placement import _domain_spread, _spread
+    for stride in (1, 2, 3, 4, 8, 9, 16, 24, 36, 64, 72, 128, 512):
+        for size in (1, 2, 3, 8, 9, 16, 64, 128):
+            for total in (unit * 64, stride * size * 8):
+                if stride * size <= total:
+                    assert _domain_spread(stride, size, unit, total)[:2] == _spread(stride, size, unit, total)
