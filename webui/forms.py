@@ -28,6 +28,21 @@ PREFIX = {"model": "model", "training": "training", "cluster.gpu": "gpu", "clust
 SECTION_OF = {prefix: section for section, prefix in PREFIX.items()}
 MODEL_MORE = ("experts", "top_k", "router_groups", "router_group_top_k", "expert_ffn_hidden", "shared_experts",
               "dense_layers", "tied_embeddings")
+# Presentation only: the training section's options under headings, so a planner finds the one a stack sets.
+# A training field named in no group still shows, under the last heading (tests/web/test_form.py checks that
+# every field is in exactly one group).
+TRAINING_GROUPS = (
+    ("Batch and precision", ("global_batch", "precision", "tokens")),
+    ("Communication overlap", ("overlap_grad_reduce", "tp_comm_overlap", "tp_wgrad_overlap", "pp_comm_overlap",
+                               "ep_comm_overlap")),
+    ("FP8", ("fp8_recipe", "fp8_param_gather", "fp8_weight_cache", "fp8_saved_inputs")),
+    ("Sharding, memory and recomputation", ("zero_granularity", "grad_reduce_dtype", "optimizer_states",
+                                            "checkpoint_impl", "partition_activations",
+                                            "activation_offload_layers", "expandable_segments")),
+    ("Context and expert parallelism", ("cp_impl", "cp_load_balance", "ep_dispatch", "ep_dispatch_dtype",
+                                        "expert_gemm")),
+    ("Kernels", ("attention", "projections", "cross_entropy", "elementwise")),
+)
 
 # Presentation only: the names people read. Units come from the engine's table.
 LABELS = {
@@ -159,7 +174,7 @@ class PlanForm(forms.Form):
             {"id": "model", "title": "Model", "selector": self["model_preset"],
              "fields": names("model", exclude=MODEL_MORE), "more": names("model", only=MODEL_MORE),
              "more_title": "Mixture of experts and embeddings"},
-            {"id": "training", "title": "Training", "fields": names("training")},
+            {"id": "training", "title": "Training", "groups": self._training_groups()},
             {"id": "cluster", "title": "Cluster", "fields": [self["num_gpus"]]},
         ]
         for hw in HARDWARE:
@@ -169,6 +184,15 @@ class PlanForm(forms.Form):
                      "collapsed": True,
                      "intro": "Leave a field on “search” and the planner tries every valid value."})
         return sets
+
+    def _training_groups(self) -> list[dict[str, Any]]:
+        named = {n for _, group in TRAINING_GROUPS for n in group}
+        groups = [{"title": title, "fields": [self[f"training__{n}"] for n in names
+                                              if f"training__{n}" in self.fields]}
+                  for title, names in TRAINING_GROUPS]
+        groups[-1]["fields"] += [self[n] for n in self.fields
+                                 if n.startswith("training__") and n.split("__", 1)[1] not in named]
+        return [g for g in groups if g["fields"]]
 
     # -----------------------------------------------------------------------------------------------------
     # Validation: the engine's

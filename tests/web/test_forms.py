@@ -9,7 +9,7 @@ import pytest
 
 from planner.spec import REQUIRED, SECTIONS
 from webui import services
-from webui.forms import CUSTOM, EXAMPLE, PREFIX, PlanForm, initial_for
+from webui.forms import CUSTOM, EXAMPLE, PREFIX, TRAINING_GROUPS, PlanForm, initial_for
 from webui.models import Plan
 
 pytestmark = pytest.mark.django_db
@@ -55,6 +55,29 @@ def test_every_field_has_a_label_and_help_and_numbers_carry_units(catalog):
     # so the browser refused a value the engine takes.
     assert form.fields["model__seq_len"].widget.attrs["max"] == "16777216"
     assert form.fields["training__global_batch"].widget.attrs["max"] == "16777216"
+
+
+def test_the_training_options_show_under_headings_each_once(client, catalog):
+    names = [n for _, group in TRAINING_GROUPS for n in group]
+    assert sorted(names) == sorted(f.name for f in SECTIONS["training"])  # every option in exactly one group
+    page = client.get("/").content.decode()
+    training = page[page.index('id="fs-training"'):page.index('id="fs-cluster"')]
+    headings = re.findall(r'<h3 class="subhead">([^<]+)</h3>', training)
+    assert headings == ["Batch and precision", "Communication overlap", "FP8", "Sharding, memory and recomputation",
+                        "Context and expert parallelism", "Kernels"]
+    shown = re.findall(r'data-field="training__(\w+)"', training)
+    assert sorted(shown) == sorted(names)
+    # Under its own heading: the FP8 recipe after "FP8", before the next heading.
+    fp8 = training[training.index(">FP8<"):training.index(">Sharding, memory")]
+    assert 'data-field="training__fp8_recipe"' in fp8 and 'data-field="training__tp_comm_overlap"' not in fp8
+
+
+def test_a_training_option_no_group_names_still_shows(catalog, monkeypatch):
+    monkeypatch.setattr("webui.forms.TRAINING_GROUPS", TRAINING_GROUPS[:-1])  # "Kernels" forgotten
+    groups = PlanForm(catalog=catalog)._training_groups()
+    assert [f.name for f in groups[-1]["fields"]][-4:] == [
+        "training__projections", "training__cross_entropy", "training__elementwise", "training__attention"]
+    assert sum(len(g["fields"]) for g in groups) == len(SECTIONS["training"])
 
 
 def test_a_preset_is_used_as_it_is_whatever_the_fields_say(catalog):
