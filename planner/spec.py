@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from .constants import FRAGMENTATION_FRACTION
 from .errors import FieldError, SpecError
+from .stacks import FRAMEWORKS, GENERIC, with_stack
 
 REQUIRED = object()  # sentinel: the field has no default
 
@@ -94,6 +95,12 @@ TRAINING_FIELDS = (
           help="Matrix-multiply precision: bf16/fp16, or fp8 (Transformer Engine style, bf16 elsewhere)."),
     Field("tokens", float, None, lo=0, hi=1e16, unit="tokens",
           help="Tokens to train, for time to train and GPU-hours."),
+    Field("framework", str, GENERIC, choices=FRAMEWORKS,
+          help="Training stack whose settings fill every option below that the request leaves out "
+               "(planner/data/stacks.json, each with its source): megatron_core (Megatron-Core with Transformer "
+               "Engine), torchtitan (FSDP2, DTensor TP, torch.compile, torchao float8), fsdp (PyTorch FSDP with "
+               "eager models: llm-foundry, fms-fsdp, Hugging Face); generic = each option's own default. An "
+               "option the request states wins."),
     Field("overlap_grad_reduce", bool, True,
           help="Overlap the data-parallel gradient reduction with the backward pass (PyTorch DDP, Megatron "
                "--overlap-grad-reduce); off = reduce after the backward pass."),
@@ -365,6 +372,7 @@ class TrainingSpec:
     tokens: float | None
     overlap_grad_reduce: bool
     attention: str
+    framework: str = GENERIC
     tp_comm_overlap: bool = False
     tp_wgrad_overlap: bool = True
     elementwise: str = "fused"
@@ -690,7 +698,7 @@ def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = 
             errs.add(_key_name(key), "unknown section (known: model, training, cluster, layout)")
     cat = catalog or {}
     model = _model(data.get("model"), cat.get("model"), errs)
-    training = _section(_upgrade_training(data.get("training")), "training", TRAINING_FIELDS, errs)
+    training = _section(with_stack(_upgrade_training(data.get("training"))), "training", TRAINING_FIELDS, errs)
     layout = _section(data.get("layout") or {}, "layout", LAYOUT_FIELDS, errs)
     cluster_data = data.get("cluster")
     gpu = node = fabric = None

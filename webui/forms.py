@@ -15,6 +15,7 @@ from django import forms
 
 from planner import PlanSpec, SpecError
 from planner.catalog import Catalog
+from planner import stacks
 from planner.spec import MAX_GPUS, REQUIRED, SECTIONS, Field, as_number, fmt_number
 
 from . import options, services
@@ -33,6 +34,7 @@ MODEL_MORE = ("experts", "top_k", "router_groups", "router_group_top_k", "expert
 # every field is in exactly one group).
 TRAINING_GROUPS = (
     ("Batch and precision", ("global_batch", "precision", "tokens")),
+    ("Training stack", ("framework",)),
     ("Communication overlap", ("overlap_grad_reduce", "tp_comm_overlap", "tp_wgrad_overlap", "pp_comm_overlap",
                                "ep_comm_overlap")),
     ("FP8", ("fp8_recipe", "fp8_param_gather", "fp8_weight_cache", "fp8_saved_inputs")),
@@ -52,6 +54,7 @@ LABELS = {
     "router_group_top_k": "Router groups per token", "expert_ffn_hidden": "Expert FFN hidden size",
     "shared_experts": "Shared experts", "dense_layers": "Dense layers first", "tied_embeddings": "Tied embeddings",
     "global_batch": "Global batch", "precision": "Precision", "tokens": "Tokens to train",
+    "framework": "Training stack",
     "peak_tflops": "Peak BF16", "memory_gib": "Memory", "memory_gbytes_per_s": "Memory bandwidth",
     "fp8_tflops": "Peak FP8", "sm_count": "SMs", "gpus": "GPUs per node",
     "nvlink_domain_gpus": "NVLink domain", "nvlink_gbytes_per_s": "NVLink bandwidth", "nics": "NICs per node",
@@ -145,6 +148,8 @@ class PlanForm(forms.Form):
             help_text="A preset's values are used as they are; choose “custom architecture” to type your own.")
         self._add_section("model")
         self._add_section("training")
+        self.fields["training__framework"].choices = [(stacks.GENERIC, "generic: each option's own default")] + [
+            (name, f"{name}: {entry['label']}") for name, entry in stacks.describe().items()]
         self.fields["num_gpus"] = forms.CharField(
             label="GPUs", max_length=40, required=False, help_text="GPUs in the job: a multiple of GPUs per node.",
             widget=forms.NumberInput(attrs={"min": 1, "max": MAX_GPUS, "step": 1}))
@@ -184,6 +189,13 @@ class PlanForm(forms.Form):
                      "collapsed": True,
                      "intro": "Leave a field on “search” and the planner tries every valid value."})
         return sets
+
+    def stack_data(self) -> dict[str, Any]:
+        """What the page's script needs to fill the training options when the stack changes: each stack's settings
+        and, for an option a stack leaves alone, the engine's default."""
+        named = {name for entry in stacks.STACKS.values() for name in entry["options"]}
+        return {"stacks": {name: entry["options"] for name, entry in stacks.describe().items()},
+                "defaults": {f.name: f.default for f in SECTIONS["training"] if f.name in named}}
 
     def _training_groups(self) -> list[dict[str, Any]]:
         named = {n for _, group in TRAINING_GROUPS for n in group}

@@ -14,9 +14,12 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from planner.spec import REQUIRED, SECTIONS, Field
+from planner.stacks import preset
 
 OPTION_SECTIONS = ("training", "cluster.gpu")
-REQUEST, CATALOG, DEFAULT = "request", "catalog", "default"  # the page words them (plan_detail.html)
+# The page words them (plan_detail.html): stated; the named GPU's catalog row; the named training stack's preset
+# (training.framework, planner/stacks.py); the engine's default.
+REQUEST, CATALOG, STACK, DEFAULT = "request", "catalog", "stack", "default"
 
 
 def option_fields() -> list[tuple[str, Field]]:
@@ -46,14 +49,18 @@ def _catalog_row(data: Any, section: str, catalog: Mapping[str, Mapping] | None)
 
 
 def option_sources(*, data: Any, catalog: Mapping[str, Mapping] | None) -> dict[str, str]:
-    """{path: "request" | "catalog" | "default"} for a request document that `parse_spec` accepted: stated in
-    it, else the named catalog row's value, else the engine's default (the order `parse_spec` applies)."""
+    """{path: "request" | "stack" | "catalog" | "default"} for a request document that `parse_spec` accepted:
+    stated in it, else the named training stack's preset value, else the named catalog row's value, else the
+    engine's default (the order `parse_spec` applies)."""
     sources = {}
+    stack = preset(_at(data, "training.framework"))
     for path, f in option_fields():
         section = path.rsplit(".", 1)[0]
         row = _catalog_row(data, section, catalog)
         if _at(data, path) not in (None, ""):
             sources[path] = REQUEST
+        elif section == "training" and f.name in stack:
+            sources[path] = STACK
         else:
             sources[path] = CATALOG if row is not None and row.get(f.name) is not None else DEFAULT
     return sources
@@ -74,7 +81,11 @@ def unstated(*, data: dict[str, Any], catalog: Mapping[str, Mapping] | None) -> 
         if not isinstance(holder, dict) or holder.get(name) in (None, ""):
             continue
         row = _catalog_row(out, section, catalog)
-        assumed = row.get(name) if row is not None and row.get(name) is not None else f.default
+        stack = preset(_at(out, "training.framework")) if section == "training" else {}
+        if name in stack:
+            assumed = stack[name]
+        else:
+            assumed = row.get(name) if row is not None and row.get(name) is not None else f.default
         if _same(holder[name], assumed, f):
             holder[name] = None
     return out
@@ -102,7 +113,7 @@ def plan_options(*, spec: Any, sources: Any) -> list[dict[str, Any]]:
         if not isinstance(holder, Mapping) or name not in holder:
             continue
         source = recorded.get(path) if recorded else None
-        source = source if source in (REQUEST, CATALOG, DEFAULT) else None
+        source = source if source in (REQUEST, CATALOG, STACK, DEFAULT) else None
         options.append({"field": path, "value": holder[name], "unit": f.unit, "source": source,
                         "assumed": None if source is None else source != REQUEST, "help": f.help})
     return options

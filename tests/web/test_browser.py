@@ -66,6 +66,14 @@ def test_a_new_user_plans_a_job_and_shares_the_link(web, worker, seeded, browser
     h100 = load_catalog()["gpu"]["H100 SXM5 80GB"]
     assert float(page.input_value("input[name=gpu__gemm_efficiency]")) == h100["gemm_efficiency"]
     page.select_option("select[name=gpu]", "H100 SXM5 80GB")
+    # A training stack fills the options it sets; back to generic, they are the engine's defaults again.
+    page.select_option("select[name=training__framework]", "torchtitan")
+    assert page.input_value("select[name=training__checkpoint_impl]") == "pytorch"
+    assert not page.is_checked("input[name=training__tp_wgrad_overlap]")
+    page.select_option("select[name=training__framework]", "generic")
+    assert page.input_value("select[name=training__checkpoint_impl]") == "megatron"
+    assert page.is_checked("input[name=training__tp_wgrad_overlap]")
+    page.select_option("select[name=training__framework]", "torchtitan")
     page.check("input[name=training__tp_comm_overlap]")  # one mechanism set; the page says the rest were assumed
     page.fill("input[name=num_gpus]", "64")
     page.fill("input[name=training__global_batch]", "256")
@@ -94,7 +102,10 @@ def test_a_new_user_plans_a_job_and_shares_the_link(web, worker, seeded, browser
 
     options = page.locator("#options-table")
     assert "set in the request" in options.locator("[data-field='training.tp_comm_overlap']").inner_text()
-    assert "assumed: the engine's default" in options.locator("[data-field='training.elementwise']").inner_text()
+    assert "set in the request" in options.locator("[data-field='training.framework']").inner_text()
+    assert ("assumed: the torchtitan stack's setting"
+            in options.locator("[data-field='training.checkpoint_impl']").inner_text())
+    assert "assumed: the engine's default" in options.locator("[data-field='training.fp8_recipe']").inner_text()
 
     trust = page.inner_text("#accuracy")  # how far to trust the step time, next to it
     assert "published H100 BF16 runs" in trust or "No comparable published runs" in trust, trust

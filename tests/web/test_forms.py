@@ -63,7 +63,7 @@ def test_the_training_options_show_under_headings_each_once(client, catalog):
     page = client.get("/").content.decode()
     training = page[page.index('id="fs-training"'):page.index('id="fs-cluster"')]
     headings = re.findall(r'<h3 class="subhead">([^<]+)</h3>', training)
-    assert headings == ["Batch and precision", "Communication overlap", "FP8", "Sharding, memory and recomputation",
+    assert headings == ["Batch and precision", "Training stack", "Communication overlap", "FP8", "Sharding, memory and recomputation",
                         "Context and expert parallelism", "Kernels"]
     shown = re.findall(r'data-field="training__(\w+)"', training)
     assert sorted(shown) == sorted(names)

@@ -3,10 +3,12 @@ and in the API with their values, each marked set in the request or assumed."""
 from __future__ import annotations
 
 import html
+import json
 import re
 
 import pytest
 
+from planner import stacks
 from webui import services
 from webui.forms import CUSTOM, PlanForm, initial_for
 from webui.models import Plan
@@ -186,3 +188,57 @@ def test_a_plan_saved_before_options_were_recorded_still_renders(client, catalog
     assert client.get(broken.get_absolute_url()).status_code == 200
     assert client.get(f"/api/plans/{broken.code}").json()["options"] == []
 
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Training stacks (training.framework): a stack's settings are assumed like a catalog GPU's constants
+
+
+def test_a_form_naming_a_stack_asks_for_what_the_api_does_and_marks_its_settings_assumed(client, catalog, small_spec):
+    torchtitan = stacks.preset("torchtitan")
+    # What the page's script leaves in the form when the stack is chosen: its settings in the option fields.
+    typed = {f"training__{k}": ("on" if v is True else None if v is False else v) for k, v in torchtitan.items()}
+    data = post_data(catalog, training__framework="torchtitan", **typed)
+    data = {k: v for k, v in data.items() if v is not None}
+    assert client.post("/", data).status_code == 302
+    plan = Plan.objects.get()
+    assert {k: plan.spec["training"][k] for k in torchtitan} == torchtitan
+    sources = plan.option_sources
+    assert sources["training.framework"] == "request"
+    assert {sources[f"training.{k}"] for k in torchtitan} == {"stack"}
+    assert sources["training.fp8_recipe"] == "default"  # a setting no stack names
+    # The API request that names the stack and nothing else is the same request: its answer is reused.
+    api = {"model": "Llama 3 70B", "training": {"global_batch": 512, "framework": "torchtitan"},
+           "cluster": {"num_gpus": 512, "gpu": H100, "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"}}
+    response = client.post("/api/plans", api, content_type="application/json")
+    assert response.status_code == 201, response.json()
+    again = Plan.objects.get(code=response.json()["code"])
+    assert again.spec_hash == plan.spec_hash
+    assert again.option_sources == sources
+
+
+def test_a_stated_option_beats_the_stack_and_the_page_says_where_each_came_from(client, catalog, small_spec):
+    small_spec["training"].update(framework="fsdp", elementwise="fused")
+    response = client.post("/api/plans", small_spec, content_type="application/json")
+    assert response.status_code == 201, response.json()
+    plan = Plan.objects.get(code=response.json()["code"])
+    assert plan.spec["training"]["elementwise"] == "fused"  # stated; fsdp's own setting is eager
+    assert plan.spec["training"]["checkpoint_impl"] == "pytorch"  # fsdp's
+    rows = page_rows(client.get(plan.get_absolute_url()).content.decode())
+    assert rows["training.elementwise"]["source"] == "set in the request"
+    assert (rows["training.checkpoint_impl"]["value"], rows["training.checkpoint_impl"]["source"]) == (
+        "pytorch", "assumed: the fsdp stack's setting")
+    assert rows["training.framework"]["value"] == "fsdp"
+
+
+def test_the_form_carries_each_stacks_settings_for_its_script(client, catalog):
+    page = client.get("/").content.decode()
+    data = json.loads(html.unescape(re.search(r'<script id="stack-data" type="application/json">(.*?)</script>',
+                                              page, re.S).group(1)))
+    assert data["stacks"]["megatron_core"]["fp8_weight_cache"] is True
+    assert data["stacks"]["torchtitan"] == stacks.preset("torchtitan")
+    # Back to "generic", a stack's option returns to the engine's default.
+    assert data["defaults"]["checkpoint_impl"] == "megatron" and data["defaults"]["zero_granularity"] == "bucket"
+    assert set(data["defaults"]) == {k for s in stacks.STACKS.values() for k in s["options"]}
+    assert '<option value="torchtitan">torchtitan: torchtitan (PyTorch-native' in page
+    assert '<option value="generic" selected>generic: each option' in page

@@ -1,6 +1,7 @@
 // The plan form: a catalog choice fills the fields below it; editing one of those switches to "custom".
 // Hardware custom fields show only for "custom". Without this script the server applies the same rule:
-// a catalog row's values are used as they are, and custom fields only when "custom" is chosen.
+// a catalog row's values are used as they are, and custom fields only when "custom" is chosen. A training stack
+// fills its options' fields here; without the script the fields post what they show, which the server takes as set.
 (function () {
   "use strict";
   var CUSTOM = "custom";
@@ -54,4 +55,21 @@
     });
     showCustom();
   });
+
+  // The training stack fills the options it sets (and puts the others back to the engine's defaults), as the
+  // server does for a request that names a stack and leaves them out.
+  var stackData = JSON.parse(document.getElementById("stack-data").textContent);
+  var stackSelect = document.querySelector("[name='training__framework']");
+  if (stackSelect) {
+    stackSelect.addEventListener("change", function () {
+      var chosen = stackData.stacks[stackSelect.value] || {};
+      Object.keys(stackData.defaults).forEach(function (key) {
+        var input = document.querySelector("[name='training__" + key + "']");
+        if (!input) return;
+        var value = Object.prototype.hasOwnProperty.call(chosen, key) ? chosen[key] : stackData.defaults[key];
+        if (input.type === "checkbox") input.checked = value === true;
+        else input.value = value;
+      });
+    });
+  }
 })();

@@ -1,0 +1,40 @@
+"""Training-stack presets: the training options a stack (Megatron-Core, torchtitan, PyTorch FSDP) runs with.
+
+`training.framework` names one; parse_spec fills the training options a request leaves out from it, the way a
+catalog name fills a GPU's constants, so a request states only where it differs from its stack. The presets are
+data (`planner/data/stacks.json`), each value with its source, and each agrees with the published rows of its
+stack (tests/engine/test_stacks.py). "generic" is no preset: every option at the engine's default.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+STACKS_PATH = Path(__file__).with_name("data") / "stacks.json"
+GENERIC = "generic"
+
+_DOC = json.loads(STACKS_PATH.read_text())
+STACKS: dict[str, dict[str, Any]] = _DOC["stacks"]
+FRAMEWORKS = (GENERIC, *STACKS)
+
+
+def preset(name: Any) -> dict[str, Any]:
+    """The options a stack sets ({} for "generic", or a name that is no stack: parse_spec reports that)."""
+    entry = STACKS.get(name.strip()) if isinstance(name, str) else None
+    return dict(entry["options"]) if entry else {}
+
+
+def with_stack(training: Any) -> Any:
+    """The training section with the options it leaves out (absent, null or "") taken from its framework's preset.
+    Anything that is not an object is returned as it is, for parse_spec to report."""
+    if not isinstance(training, Mapping):
+        return training
+    stated = {k: v for k, v in training.items() if v is not None and v != ""}
+    return {**training, **preset(training.get("framework")), **stated}
+
+
+def describe() -> dict[str, Any]:
+    """The presets for the form and the API: {name: {"label", "options", "sources"}}."""
+    return {name: {"label": s["label"], "options": dict(s["options"]), "sources": dict(s["sources"])}
+            for name, s in STACKS.items()}

@@ -1,0 +1,116 @@
+"""Training-stack presets (training.framework, planner/data/stacks.json): they fill what a request leaves out,
+never what it states, and each agrees with the published rows of its stack."""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import pytest
+
+from planner import SpecError, parse_spec, stacks
+from planner.catalog import load_catalog
+from planner.published import load_rows, row_to_spec_doc
+from planner.spec import REQUIRED, SECTIONS
+from planner.whatif.sweep import expand
+
+from .conftest import DATA
+
+OPTIONS = {f.name: f for f in SECTIONS["training"]}
+# What tells the stacks apart in every one of their rows; the rest (kernels fused by torch.compile or not, the
+# loss) depends on the run's version and flags, so the preset takes what current versions do.
+DEFINING = ("tp_wgrad_overlap", "checkpoint_impl", "cp_impl", "expert_gemm", "fp8_saved_inputs", "fp8_weight_cache",
+            "zero_granularity")
+
+
+def test_a_stack_fills_the_options_a_request_leaves_out(catalog, gpt3_doc):
+    gpt3_doc["training"]["framework"] = "torchtitan"
+    spec = parse_spec(gpt3_doc, catalog)
+    assert spec.training.framework == "torchtitan"
+    assert (spec.training.checkpoint_impl, spec.training.cp_impl, spec.training.projections) == (
+        "pytorch", "pytorch", "separate")
+    assert spec.training.tp_wgrad_overlap is False and spec.training.zero_granularity == "layer"
+    assert spec.training.fp8_recipe == "tensorwise"  # no stack names it: the engine's default
+
+
+def test_a_stated_option_wins_over_the_stack_and_null_or_empty_is_left_out(catalog, gpt3_doc):
+    gpt3_doc["training"].update(framework="fsdp", elementwise="fused", tp_wgrad_overlap=True, cp_impl=None,
+                                checkpoint_impl="")
+    t = parse_spec(gpt3_doc, catalog).training
+    assert (t.elementwise, t.tp_wgrad_overlap) == ("fused", True)  # stated; fsdp runs eager, without the overlap
+    assert (t.cp_impl, t.checkpoint_impl) == ("pytorch", "pytorch")  # left out: fsdp's
+
+
+def test_generic_is_every_options_own_default(catalog, gpt3_doc):
+    plain = parse_spec(gpt3_doc, catalog).training
+    gpt3_doc["training"]["framework"] = "generic"
+    named = parse_spec(gpt3_doc, catalog).training
+    assert plain == named and plain.framework == "generic"
+    assert all(getattr(plain, name) == f.default for name, f in OPTIONS.items() if f.default not in (None, REQUIRED))
+
+
+@pytest.mark.parametrize("value, message", [
+    ("torchtitn", "must be one of generic, megatron_core, torchtitan, fsdp (got 'torchtitn')"),
+    (3, "must be a string, not a number"),
+])
+def test_an_unknown_stack_is_named_in_the_message(catalog, gpt3_doc, value, message):
+    gpt3_doc["training"]["framework"] = value
+    with pytest.raises(SpecError) as err:
+        parse_spec(gpt3_doc, catalog)
+    assert [(e.field, e.message) for e in err.value.errors] == [("training.framework", message)]
+
+
+def test_every_preset_value_is_one_the_option_takes_and_has_a_source(catalog, gpt3_doc):
+    for name, entry in stacks.STACKS.items():
+        assert set(entry["options"]) <= set(OPTIONS), name
+        assert set(entry["sources"]) == set(entry["options"]), name
+        gpt3_doc["training"]["framework"] = name
+        t = parse_spec(gpt3_doc, catalog).training
+        assert {k: getattr(t, k) for k in entry["options"]} == entry["options"], name
+
+
+def _row_options() -> dict[str, dict[str, Counter]]:
+    """{group: {option: Counter of the values validation costs the group's rows with}}."""
+    catalog = load_catalog()
+    found: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
+    for path in (DATA / "calibration_runs.json", DATA / "published_runs.json"):
+        for row in load_rows(path):
+            if row.get("tp") is None and row.get("dp") is None and row.get("pp") is None:
+                continue  # states no layout: not costed
+            doc = row_to_spec_doc(row, catalog)
+            for key, value in doc["training"].items():
+                found[row["group"]][key][value] += 1
+    return found
+
+
+ROW_OPTIONS = _row_options()
+
+
+@pytest.mark.parametrize("name", list(stacks.STACKS))
+def test_each_stack_agrees_with_the_published_rows_of_that_stack(name):
+    entry = stacks.STACKS[name]
+    groups = [g.strip() for g in entry["rows"].split(",")]
+    assert groups and all(g in ROW_OPTIONS for g in groups), groups
+    for option, value in entry["options"].items():
+        seen = Counter()
+        for g in groups:
+            seen.update(ROW_OPTIONS[g][option])
+        assert value in seen, (name, option, value, seen)  # no preset value is one its rows never ran
+        if option in DEFINING:
+            assert set(seen) == {value}, (name, option, seen)
+
+
+def test_the_stacks_differ_where_their_rows_do():
+    megatron, titan, fsdp = (stacks.preset(n) for n in ("megatron_core", "torchtitan", "fsdp"))
+    for option in DEFINING:
+        assert megatron[option] != titan[option] == fsdp[option], option
+    assert titan["projections"] == "separate" != fsdp["projections"]  # torchtitan's Llama: wq, wk, wv
+    assert titan["elementwise"] == "fused" != fsdp["elementwise"]  # torch.compile against eager modules
+
+
+def test_a_sweep_compares_stacks_on_one_job(catalog):
+    base = {"model": "Llama 3 8B", "training": {"global_batch": 64, "elementwise": "eager"},
+            "cluster": {"num_gpus": 64, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
+                        "fabric": "NDR InfiniBand fat tree"}}
+    scenarios = expand(base, {"training.framework": ["megatron_core", "torchtitan"]}, catalog)
+    megatron, titan = (s.spec.training for s in scenarios)
+    assert (megatron.checkpoint_impl, titan.checkpoint_impl) == ("megatron", "pytorch")
+    assert megatron.elementwise == titan.elementwise == "eager"  # the base states it: no stack overrides it
