@@ -487,13 +487,17 @@ def apply_overlay(doc: dict[str, Any], overlay: dict[str, Any], row: dict[str, A
 
 
 def compare(rows: list[dict[str, Any]], catalog: Catalog | None = None,
-            overlays: dict[str, dict[str, Any]] | None = None) -> list[Comparison]:
+            overlays: dict[str, dict[str, Any]] | None = None,
+            training: dict[str, Any] | None = None) -> list[Comparison]:
+    """Each row's prediction with its published layout pinned, against what it measured. `training` replaces
+    training options of every row's spec (bench/stack_presets.py: a stack's settings instead of the run's own)."""
     catalog = catalog or load_catalog()
     out = []
     for row in rows:
         try:
             row = checked_row(row)
             doc = apply_overlay(row_to_spec_doc(row, catalog), (overlays or {}).get(row.get("id"), {}), row)
+            doc["training"].update(training or {})
             spec = parse_spec(doc, catalog)
         except (SpecError, KeyError, TypeError, ValueError) as exc:
             # A row this harness cannot turn into a spec is reported, not raised: one odd row must not hide

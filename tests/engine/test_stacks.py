@@ -8,7 +8,7 @@ import pytest
 
 from planner import SpecError, parse_spec, stacks
 from planner.catalog import load_catalog
-from planner.published import load_rows, row_to_spec_doc
+from planner.published import compare, load_rows, row_to_spec_doc
 from planner.spec import REQUIRED, SECTIONS
 from planner.whatif.sweep import expand
 
@@ -114,3 +114,13 @@ def test_a_sweep_compares_stacks_on_one_job(catalog):
     megatron, titan = (s.spec.training for s in scenarios)
     assert (megatron.checkpoint_impl, titan.checkpoint_impl) == ("megatron", "pytorch")
     assert megatron.elementwise == titan.elementwise == "eager"  # the base states it: no stack overrides it
+
+
+def test_compare_can_cost_the_rows_with_a_stacks_settings(catalog):
+    """bench/stack_presets.py's lever: the rows' own options replaced by given ones."""
+    row = next(r for r in load_rows(DATA / "calibration_runs.json") if r["id"] == "llmf_h100bf16_1b_s2048_g8_gb112")
+    (own,) = compare([row], catalog)
+    (generic,) = compare([row], catalog, training={"elementwise": "fused"})
+    (fsdp,) = compare([row], catalog, training=stacks.preset("fsdp"))
+    assert own.predicted_s == fsdp.predicted_s  # llm-foundry's run is what the fsdp stack says
+    assert generic.predicted_s < own.predicted_s  # fused norms and activations, not llm-foundry's eager modules
