@@ -45,9 +45,15 @@ def launch_config(spec: PlanSpec, entry: dict[str, Any], framework: str) -> Expo
     return Export(framework, text, tuple(em.names), tuple(em.notes), em.lists[0].source)
 
 
+# The launch configuration of the training stack a request names (training.framework) comes first.
+STACK_CONFIG = {"megatron_core": "megatron", "torchtitan": "torchtitan"}
+
+
 def launch_configs(spec: PlanSpec, entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every framework's configuration for one plan, JSON-native: {framework: Export.as_dict()}."""
-    return {fw: launch_config(spec, entry, fw).as_dict() for fw in FRAMEWORKS}
+    """Every framework's configuration for one plan, JSON-native: {framework: Export.as_dict()}, the request's
+    own stack's first."""
+    first = STACK_CONFIG.get(spec.training.framework)
+    return {fw: launch_config(spec, entry, fw).as_dict() for fw in sorted(FRAMEWORKS, key=lambda fw: fw != first)}
 
 
 __all__ = ["FRAMEWORKS", "Export", "Job", "launch_config", "launch_configs"]

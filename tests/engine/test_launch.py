@@ -554,3 +554,12 @@ def test_fp8_moe_dispatch_becomes_megatrons_ncclep_mxfp8_wire():
         entry = plan(spec, top=1)["plans"][0]
         assert "--moe-dispatch-fwd-dtype" not in megatron_args(launch_config(spec, entry, "megatron").text)
         assert not any("ep_dispatch_dtype" in n for n in launch_config(spec, entry, "torchtitan").notes)
+
+
+@pytest.mark.parametrize("stack, first", [("generic", "megatron"), ("megatron_core", "megatron"),
+                                          ("torchtitan", "torchtitan"), ("fsdp", "megatron")])
+def test_the_requests_own_stack_leads_the_exports(stack, first):
+    spec, entry = small_plan(H100_32, training={"framework": stack})
+    configs = launch_configs(spec, entry)
+    assert list(configs)[0] == first
+    assert sorted(configs) == sorted(FRAMEWORKS)
