@@ -10,19 +10,20 @@ from typing import Any
 
 from django import forms
 
+from planner import stacks
 from planner.catalog import Catalog
 from planner.spec import PRECISIONS
 
 DEFAULTS = {"model": "Llama 3 70B", "gpus": ["H100 SXM5 80GB"], "nodes": ["DGX H100"],
             "fabrics": ["NDR InfiniBand fat tree", "RoCEv2 400 GbE (Llama 3 style)"],
             "num_gpus": "256, 512, 1024, 2048, 4096, 8192", "precisions": ["bf16", "fp8"], "global_batch": "1024",
-            "tokens": "15e12", "deadline_days": "90"}
+            "stacks": [stacks.GENERIC], "tokens": "15e12", "deadline_days": "90"}
 # The axis each multi-choice field varies, and the base field a single choice sets.
 AXES = {"gpus": "cluster.gpu", "nodes": "cluster.node", "fabrics": "cluster.fabric",
-        "precisions": "training.precision", "num_gpus": "cluster.num_gpus"}
+        "precisions": "training.precision", "stacks": "training.framework", "num_gpus": "cluster.num_gpus"}
 # Which form field shows a message about a sweep path (prefix match, most specific first).
 FIELD_OF = (("cluster.num_gpus", "num_gpus"), ("cluster.gpu", "gpus"), ("cluster.node", "nodes"),
-            ("cluster.fabric", "fabrics"), ("training.precision", "precisions"),
+            ("cluster.fabric", "fabrics"), ("training.precision", "precisions"), ("training.framework", "stacks"),
             ("training.global_batch", "global_batch"), ("training.tokens", "tokens"), ("goal.tokens", "tokens"),
             ("goal.deadline_days", "deadline_days"), ("goal.budget", "budget"), ("model", "model"))
 
@@ -36,6 +37,11 @@ class SweepForm(forms.Form):
                                help_text="A list, e.g. 256, 512, 1024: multiples of the node's GPUs.")
     precisions = forms.MultipleChoiceField(label="Precisions", choices=[(p, p) for p in PRECISIONS],
                                            widget=forms.CheckboxSelectMultiple)
+    stacks = forms.MultipleChoiceField(
+        label="Training stacks", choices=[(name, name) for name in stacks.FRAMEWORKS], required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="generic: each training option's default; the others fill them as that stack runs "
+                  "(training.framework).")
     global_batch = forms.CharField(label="Global batch (sequences)", max_length=40)
     tokens = forms.CharField(label="Tokens to train", max_length=40, required=False,
                              help_text="e.g. 15e12; needed for time to train and for a goal.")
@@ -70,6 +76,8 @@ class SweepForm(forms.Form):
         vary: dict[str, list[Any]] = {}
         for name, path in AXES.items():
             values = c[name]
+            if name == "stacks" and values in ([], [stacks.GENERIC]):
+                continue  # none ticked is the engine's own defaults, as a request that names no stack
             if len(values) > 1 or name == "num_gpus":  # the GPU count is always an axis: the charts are over it
                 vary[path] = values
             else:

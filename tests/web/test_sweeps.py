@@ -180,6 +180,11 @@ def test_the_sweep_form_makes_a_sweep_and_puts_errors_beside_their_fields(client
     response = client.post("/sweeps/new/", {**fields, "global_batch": "abc", "precisions": ["bf16", "fp8"]})
     errors = response.context["form"].errors
     assert errors["global_batch"] == ["must be a number, not 'abc'"] and "precisions" not in errors
+    # Training stacks are an axis of their own; one stack is set in the base.
+    client.post("/sweeps/new/", {**fields, "stacks": ["megatron_core", "torchtitan"]})
+    assert Sweep.objects.latest("created_at").vary["training.framework"] == ["megatron_core", "torchtitan"]
+    client.post("/sweeps/new/", {**fields, "stacks": ["fsdp"]})
+    assert Sweep.objects.latest("created_at").base["training"]["framework"] == "fsdp"
     # GPU counts written as 1e3 or 256.0 are whole numbers.
     client.post("/sweeps/new/", {**fields, "num_gpus": "2.56e2, 512.0"})
     assert Sweep.objects.latest("created_at").vary["cluster.num_gpus"] == [256, 512]
