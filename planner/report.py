@@ -31,7 +31,7 @@ def plan(spec: PlanSpec, top: int = 10) -> dict[str, Any]:
         lay = plans[0]["layout"]
         best_map = placement_map(spec.cluster, lay["tp"], lay["cp"], lay["dp"], lay["pp"], lay["ep"],
                                  lay["rank_order"])
-    return {
+    answer = {
         "spec": spec.to_dict(),
         "model": {"params": int(pc.total), "active_params": int(pc.active),
                   "flops_per_step": float(model_flops_per_step(spec.model, spec.training.global_batch)),
@@ -49,6 +49,10 @@ def plan(spec: PlanSpec, top: int = 10) -> dict[str, Any]:
         # How far to trust the step times: the measured error on comparable published runs (planner/accuracy.py).
         "accuracy": accuracy.for_gpu(spec.cluster.gpu.name, spec.training.precision),
     }
+    # ... and on the published runs of the training stack the request names, if any.
+    if (stack := accuracy.for_stack(spec.training.framework)) is not None:
+        answer["stack_accuracy"] = stack
+    return answer
 
 
 def collectives_constants() -> dict[str, float]:

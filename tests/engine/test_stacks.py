@@ -2,11 +2,12 @@
 never what it states, and each agrees with the published rows of its stack."""
 from __future__ import annotations
 
+import statistics
 from collections import Counter, defaultdict
 
 import pytest
 
-from planner import SpecError, parse_spec, stacks
+from planner import SpecError, accuracy, parse_spec, plan, stacks
 from planner.catalog import load_catalog
 from planner.published import compare, load_rows, row_to_spec_doc
 from planner.spec import REQUIRED, SECTIONS
@@ -124,3 +125,16 @@ def test_compare_can_cost_the_rows_with_a_stacks_settings(catalog):
     (fsdp,) = compare([row], catalog, training=stacks.preset("fsdp"))
     assert own.predicted_s == fsdp.predicted_s  # llm-foundry's run is what the fsdp stack says
     assert generic.predicted_s < own.predicted_s  # fused norms and activations, not llm-foundry's eager modules
+
+
+def test_a_plan_naming_a_stack_says_how_the_model_does_on_that_stacks_runs(catalog, gpt3_doc):
+    snapshot = accuracy.load_snapshot()
+    fsdp_groups = {"F_llmfoundry_benchmarks", "F_fms_fsdp_ibm"}
+    errors = [r["err"] for r in snapshot["rows"] if r["group"] in fsdp_groups and r["err"] is not None]
+    gpt3_doc["training"]["framework"] = "fsdp"
+    stated = plan(parse_spec(gpt3_doc, catalog), top=1)["stack_accuracy"]
+    assert (stated["stack"], stated["runs"]) == ("fsdp", len(errors)) and stated["runs"] == 232
+    assert stated["median_abs_err"] == pytest.approx(statistics.median(abs(e) for e in errors))
+    assert stated["statement"].startswith("On published runs of the fsdp stack: ±3%, median over 232 runs")
+    gpt3_doc["training"]["framework"] = "generic"
+    assert "stack_accuracy" not in plan(parse_spec(gpt3_doc, catalog), top=1)  # no stack named: nothing to say

@@ -127,6 +127,18 @@ def test_a_done_plan_shows_the_best_layout_alternatives_rejections_and_charts(cl
     assert 'http-equiv="refresh"' not in page
 
 
+def test_a_plan_naming_a_stack_says_how_the_model_does_on_that_stacks_runs(client, small_spec, seeded):
+    small_spec["training"]["framework"] = "torchtitan"
+    plan = services.plan_run(plan_id=make_plan(small_spec).pk)
+    page = client.get(plan.get_absolute_url()).content.decode()
+    stated = re.search(r'<p class="trust" id="stack-accuracy">([^<]*)</p>', page).group(1)
+    assert stated == plan.result["stack_accuracy"]["statement"]
+    assert stated.startswith("On published runs of the torchtitan stack: ±") and "median over 48 runs" in stated
+    small_spec["training"]["framework"] = "generic"
+    plain = services.plan_run(plan_id=make_plan(small_spec).pk)
+    assert 'id="stack-accuracy"' not in client.get(plain.get_absolute_url()).content.decode()
+
+
 def test_an_infeasible_request_is_an_answer_with_reasons(client, seeded):
     doc = {"model": {"name": "Llama 3.1 405B", "layers": 126, "hidden": 16384, "heads": 128, "kv_heads": 8,
                      "ffn_hidden": 53248, "gated_mlp": True, "vocab": 128256, "seq_len": 8192},
