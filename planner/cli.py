@@ -161,8 +161,10 @@ def _read_spec(path: str) -> Any:
 def print_table(answer: dict[str, Any], out: TextIO) -> None:
     spec = answer["spec"]
     m, c = spec["model"], spec["cluster"]
+    stack = spec["training"].get("framework", "generic")
     out.write(f"{m['name']}: {answer['model']['params'] / 1e9:.1f}B parameters, {c['num_gpus']:,} x {c['gpu']['name']}"
-              f" ({c['node']['name']}, {c['fabric']['name']})\n")
+              f" ({c['node']['name']}, {c['fabric']['name']})"
+              f"{'' if stack == 'generic' else f', training stack {stack}'}\n")
     out.write(f"searched {answer['searched']:,} layouts, {answer['feasible']:,} feasible, "
               f"in {answer['elapsed_s']:.2f} s\n\n")
     if answer["plans"]:
@@ -171,6 +173,8 @@ def print_table(answer: dict[str, Any], out: TextIO) -> None:
         order = stated.get("ranking") or {}
         if stated:
             out.write(f"how far to trust the step time: {stated['statement']}\n")
+        if answer.get("stack_accuracy"):
+            out.write(f"  {answer['stack_accuracy']['statement']}\n")
         if order.get("statement"):
             out.write(f"how far to trust the order: {order['statement']}\n")
         tied = set(accuracy.ties(answer["plans"], order.get("tie_within")))

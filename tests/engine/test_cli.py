@@ -250,3 +250,17 @@ def test_a_pipe_closed_before_anything_is_written_ends_quietly_too():
     proc.stdout.close()  # the reader is gone before the search ends
     stderr = proc.communicate(timeout=120)[1].decode()
     assert stderr == "" and proc.returncode == 141
+
+
+def test_the_table_names_the_training_stack_and_how_the_model_does_on_its_runs(tmp_path):
+    doc = json.loads((EXAMPLES / "gpt3-175b-a100-1024.json").read_text())
+    doc["training"]["framework"] = "torchtitan"
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(doc))
+    out = run("plan", str(path), "--format", "table", "--top", "1")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].endswith("(DGX A100, HDR InfiniBand), training stack torchtitan")
+    assert any(line.startswith("  On published runs of the torchtitan stack: ±") for line in lines)
+    assert "training stack" not in run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), "--format", "table",
+                                       "--top", "1").stdout.splitlines()[0]
