@@ -134,9 +134,11 @@ def test_a_plan_naming_a_stack_says_how_the_model_does_on_that_stacks_runs(clien
     stated = re.search(r'<p class="trust" id="stack-accuracy">([^<]*)</p>', page).group(1)
     assert stated == plan.result["stack_accuracy"]["statement"]
     assert stated.startswith("On published runs of the torchtitan stack: ±") and "median over 48 runs" in stated
+    assert '<span id="plan-stack">torchtitan stack</span>' in page
     small_spec["training"]["framework"] = "generic"
     plain = services.plan_run(plan_id=make_plan(small_spec).pk)
-    assert 'id="stack-accuracy"' not in client.get(plain.get_absolute_url()).content.decode()
+    plain_page = client.get(plain.get_absolute_url()).content.decode()
+    assert 'id="stack-accuracy"' not in plain_page and 'id="plan-stack"' not in plain_page
 
 
 def test_an_infeasible_request_is_an_answer_with_reasons(client, seeded):
