@@ -22,7 +22,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, transacti
 from django.utils import timezone
 
 import planner
-from planner import PlanSpec, SpecError, accuracy, parse_spec
+from planner import PlanSpec, SpecError, accuracy, parse_spec, stacks
 from planner.catalog import FIXTURES_DIR, Catalog
 from planner.constants import ENGINE_VERSION
 from planner.launch import launch_configs
@@ -405,6 +405,16 @@ def validation_search_by_source(snapshot: dict[str, Any] | None) -> dict[str, An
         return None
     order = accuracy.ranking(snapshot, None)
     return order if order["search_gain_by_source"] is not None else None
+
+
+def validation_by_stack(snapshot: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Each training stack's published runs (training.framework, planner/data/stacks.json) and the measured error on
+    them, as a plan that names the stack states it."""
+    if not snapshot:
+        return []
+    found = [(name, accuracy.for_stack(name, snapshot)) for name in stacks.STACKS]
+    return [{**figures, "label": stacks.STACKS[name]["label"], "groups": stacks.STACKS[name]["rows"]}
+            for name, figures in found if figures is not None]
 
 
 def validation_read() -> dict[str, Any]:

@@ -64,6 +64,7 @@ def validation(request: HttpRequest) -> HttpResponse:
     groups = (context["validation"] or {}).get("groups", {})
     context["memory_groups"] = [(name, f) for name, f in groups.items() if f.get("memory_rows")]
     context["search_by_source"] = services.validation_search_by_source(context["validation"])
+    context["by_stack"] = services.validation_by_stack(context["validation"])
     return render(request, "webui/validation.html", context)
 
 

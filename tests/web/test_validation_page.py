@@ -3,6 +3,7 @@ every plan page and API answer."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 
 import pytest
@@ -174,3 +175,15 @@ def test_a_custom_gpu_plan_says_no_comparable_runs_exist(client, small_spec, see
     assert plan.status == "done", plan.error
     page = client.get(plan.get_absolute_url()).content.decode()
     assert "No comparable published runs" in page
+
+
+def test_the_page_gives_each_training_stacks_error_as_its_plans_state_it(client):
+    page = client.get("/validation/").content.decode()
+    table = page[page.index('id="by-stack"'):]
+    table = table[:table.index("</table>")]
+    rows = re.findall(r'<tr data-stack="(\w+)">(.*?)</tr>', table, re.S)
+    assert [name for name, _ in rows] == ["megatron_core", "torchtitan", "fsdp"]
+    fsdp = dict(rows)["fsdp"]
+    stated = accuracy.for_stack("fsdp")
+    assert f"<td>{stated['runs']}</td>" in fsdp and stated["runs"] == 232
+    assert percent(stated['median_abs_err']) in fsdp and "F_llmfoundry_benchmarks, F_fms_fsdp_ibm" in fsdp
