@@ -136,6 +136,7 @@ def _request_rows() -> list[tuple[str, Callable[[Plan], Any]]]:
     return [("status", lambda p: p.status), ("model", spec("model", "name")), ("GPUs", spec("cluster", "num_gpus")),
             ("GPU", spec("cluster", "gpu", "name")), ("node", spec("cluster", "node", "name")),
             ("fabric", spec("cluster", "fabric", "name")), ("precision", spec("training", "precision")),
+            ("training stack", spec("training", "framework")),
             ("global batch", spec("training", "global_batch")), ("sequence length", spec("model", "seq_len")),
             ("tokens to train", spec("training", "tokens"))]
 

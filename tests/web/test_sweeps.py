@@ -249,6 +249,15 @@ def test_compare_charts_tell_plans_with_one_title_apart_by_what_differs(client, 
     assert a.title == b.title
     figures = client.get(f"/compare/?plans={a.code},{b.code}").context["figures"]
     assert figures["memory"]["data"][0]["y"] == [f"#1 {a.title}, global batch 128", f"#2 {b.title}, global batch 256"]
+    # Two stacks on one job: the request rows say which is which, and so do the bars.
+    code = post(client, {"base": BASE, "vary": {"training.framework": ["megatron_core", "torchtitan"]}}).json()["code"]
+    run_plans(code)
+    a, b = [s.plan for s in SweepScenario.objects.filter(sweep__code=code).order_by("position")]
+    response = client.get(f"/compare/?plans={a.code},{b.code}")
+    stack = next(r for s in response.context["sections"] for r in s["rows"] if r["label"] == "training stack")
+    assert stack["differs"] and [str(c) for c in stack["cells"]][:2] == ["megatron_core", "torchtitan"]
+    assert response.context["figures"]["memory"]["data"][0]["y"] == [
+        f"#1 {a.title}, training stack megatron_core", f"#2 {b.title}, training stack torchtitan"]
 
 
 def test_compare_gives_the_capacity_of_a_plan_with_no_feasible_layout(client, seeded):
