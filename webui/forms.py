@@ -23,6 +23,7 @@ from . import options, services
 CUSTOM = "custom"
 MODIFIED = " (modified)"  # appended to a catalog name whose values the form changed
 HARDWARE = ("gpu", "node", "fabric")
+TRAINING_FIELDS_BY_NAME = {f.name: f for f in SECTIONS["training"]}
 # spec section -> form prefix
 PREFIX = {"model": "model", "training": "training", "cluster.gpu": "gpu", "cluster.node": "node",
           "cluster.fabric": "fabric", "layout": "layout"}
@@ -150,6 +151,13 @@ class PlanForm(forms.Form):
         self._add_section("training")
         self.fields["training__framework"].choices = [(stacks.GENERIC, "generic: each option's own default")] + [
             (name, f"{name}: {entry['label']}") for name, entry in stacks.describe().items()]
+        # The stack whose settings the option fields showed when the page was drawn (the page's script keeps it
+        # current). A browser without the script posts the old stack's settings under a newly chosen stack; those
+        # are then left to the new stack, and only what the person changed counts as set (_stack_filled).
+        self.fields["stack_shown"] = forms.CharField(
+            required=False, max_length=40, widget=forms.HiddenInput,
+            initial=self.initial.get("training__framework") or stacks.GENERIC,
+            help_text="The training stack whose settings the option fields show.")
         self.fields["num_gpus"] = forms.CharField(
             label="GPUs", max_length=40, required=False, help_text="GPUs in the job: a multiple of GPUs per node.",
             widget=forms.NumberInput(attrs={"min": 1, "max": MAX_GPUS, "step": 1}))
@@ -237,10 +245,20 @@ class PlanForm(forms.Form):
         layout = {k: v for k, v in self._section_values("layout").items() if v is not None}
         return {
             "model": self._custom_values("model") if preset == CUSTOM else dict(self.catalog["model"][preset]),
-            "training": self._section_values("training"),
+            "training": self._stack_filled(self._section_values("training")),
             "cluster": cluster,
             "layout": layout,
         }
+
+    def _stack_filled(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The training fields with the settings of the stack the page showed left out where the person chose
+        another stack without changing them, so the chosen stack fills them as it would for the API."""
+        chosen, shown = values.get("framework") or stacks.GENERIC, self.cleaned_data.get("stack_shown")
+        if shown == chosen or shown not in stacks.FRAMEWORKS:
+            return values
+        was = {name: f.default for name, f in TRAINING_FIELDS_BY_NAME.items()} | stacks.preset(shown)
+        named = {name for entry in stacks.STACKS.values() for name in entry["options"]}
+        return {k: None if k in named and v == was[k] else v for k, v in values.items()}
 
     def _value(self, name: str) -> Any:
         value = self.cleaned_data.get(name)

@@ -242,3 +242,27 @@ def test_the_form_carries_each_stacks_settings_for_its_script(client, catalog):
     assert set(data["defaults"]) == {k for s in stacks.STACKS.values() for k in s["options"]}
     assert '<option value="torchtitan">torchtitan: torchtitan (PyTorch-native' in page
     assert '<option value="generic" selected>generic: each option' in page
+
+
+def test_without_the_pages_script_a_newly_chosen_stack_still_fills_what_was_left_alone(client, catalog):
+    # The page was drawn with "generic"; the person picks torchtitan and changes one option. Without the script
+    # the option fields still hold generic's settings, and stack_shown says so.
+    page = untouched_form(client)
+    assert page["stack_shown"] == "generic"
+    data = {**page, "training__framework": "torchtitan", "training__cross_entropy": "chunked"}
+    assert client.post("/", data).status_code == 302
+    plan = Plan.objects.get()
+    titan = stacks.preset("torchtitan")
+    assert plan.spec["training"]["checkpoint_impl"] == titan["checkpoint_impl"] == "pytorch"
+    assert plan.spec["training"]["tp_wgrad_overlap"] is False  # generic's checked box, left alone: torchtitan's
+    assert plan.spec["training"]["cross_entropy"] == "chunked"  # changed by the person: kept
+    sources = plan.option_sources
+    assert sources["training.checkpoint_impl"] == sources["training.tp_wgrad_overlap"] == "stack"
+    assert sources["training.cross_entropy"] == "request"
+    # With the script the fields already hold torchtitan's settings and stack_shown says torchtitan: the same
+    # request, so the same answer is reused.
+    filled = {f"training__{k}": ("on" if v is True else None if v is False else v) for k, v in titan.items()}
+    scripted = {k: v for k, v in {**page, **filled, "training__framework": "torchtitan", "stack_shown": "torchtitan",
+                                  "training__cross_entropy": "chunked"}.items() if v is not None}
+    assert client.post("/", scripted).status_code == 302
+    assert Plan.objects.latest("created_at").spec_hash == plan.spec_hash

@@ -1,7 +1,8 @@
 // The plan form: a catalog choice fills the fields below it; editing one of those switches to "custom".
 // Hardware custom fields show only for "custom". Without this script the server applies the same rule:
 // a catalog row's values are used as they are, and custom fields only when "custom" is chosen. A training stack
-// fills its options' fields here; without the script the fields post what they show, which the server takes as set.
+// fills its options' fields here; without the script the server leaves the settings of the stack the page showed
+// (stack_shown) to the newly chosen one, keeping only what the person changed.
 (function () {
   "use strict";
   var CUSTOM = "custom";
@@ -70,6 +71,8 @@
         if (input.type === "checkbox") input.checked = value === true;
         else input.value = value;
       });
+      var shown = document.querySelector("[name='stack_shown']");
+      if (shown) shown.value = stackSelect.value;
     });
   }
 })();
