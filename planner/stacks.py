@@ -35,6 +35,6 @@ def with_stack(training: Any) -> Any:
 
 
 def describe() -> dict[str, Any]:
-    """The presets for the form and the API: {name: {"label", "options", "sources"}}."""
+    """The presets for the form: {name: {"label", "options", "sources"}}."""
     return {name: {"label": s["label"], "options": dict(s["options"]), "sources": dict(s["sources"])}
             for name, s in STACKS.items()}

@@ -13,9 +13,8 @@ from typing import Any
 
 from django import forms
 
-from planner import PlanSpec, SpecError
+from planner import PlanSpec, SpecError, stacks
 from planner.catalog import Catalog
-from planner import stacks
 from planner.spec import MAX_GPUS, REQUIRED, SECTIONS, Field, as_number, fmt_number
 
 from . import options, services
@@ -31,7 +30,7 @@ SECTION_OF = {prefix: section for section, prefix in PREFIX.items()}
 MODEL_MORE = ("experts", "top_k", "router_groups", "router_group_top_k", "expert_ffn_hidden", "shared_experts",
               "dense_layers", "tied_embeddings")
 # Presentation only: the training section's options under headings, so a planner finds the one a stack sets.
-# A training field named in no group still shows, under the last heading (tests/web/test_form.py checks that
+# A training field named in no group still shows, under the last heading (tests/web/test_forms.py checks that
 # every field is in exactly one group).
 TRAINING_GROUPS = (
     ("Batch and precision", ("global_batch", "precision", "tokens")),

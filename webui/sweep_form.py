@@ -10,14 +10,14 @@ from typing import Any
 
 from django import forms
 
-from planner import stacks
 from planner.catalog import Catalog
 from planner.spec import PRECISIONS
+from planner.stacks import FRAMEWORKS, GENERIC
 
 DEFAULTS = {"model": "Llama 3 70B", "gpus": ["H100 SXM5 80GB"], "nodes": ["DGX H100"],
             "fabrics": ["NDR InfiniBand fat tree", "RoCEv2 400 GbE (Llama 3 style)"],
             "num_gpus": "256, 512, 1024, 2048, 4096, 8192", "precisions": ["bf16", "fp8"], "global_batch": "1024",
-            "stacks": [stacks.GENERIC], "tokens": "15e12", "deadline_days": "90"}
+            "stacks": [GENERIC], "tokens": "15e12", "deadline_days": "90"}
 # The axis each multi-choice field varies, and the base field a single choice sets.
 AXES = {"gpus": "cluster.gpu", "nodes": "cluster.node", "fabrics": "cluster.fabric",
         "precisions": "training.precision", "stacks": "training.framework", "num_gpus": "cluster.num_gpus"}
@@ -38,7 +38,7 @@ class SweepForm(forms.Form):
     precisions = forms.MultipleChoiceField(label="Precisions", choices=[(p, p) for p in PRECISIONS],
                                            widget=forms.CheckboxSelectMultiple)
     stacks = forms.MultipleChoiceField(
-        label="Training stacks", choices=[(name, name) for name in stacks.FRAMEWORKS], required=False,
+        label="Training stacks", choices=[(name, name) for name in FRAMEWORKS], required=False,
         widget=forms.CheckboxSelectMultiple,
         help_text="generic: each training option's default; the others fill them as that stack runs "
                   "(training.framework).")
@@ -76,7 +76,7 @@ class SweepForm(forms.Form):
         vary: dict[str, list[Any]] = {}
         for name, path in AXES.items():
             values = c[name]
-            if name == "stacks" and values in ([], [stacks.GENERIC]):
+            if name == "stacks" and values in ([], [GENERIC]):
                 continue  # none ticked is the engine's own defaults, as a request that names no stack
             if len(values) > 1 or name == "num_gpus":  # the GPU count is always an axis: the charts are over it
                 vary[path] = values
