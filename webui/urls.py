@@ -11,6 +11,7 @@ urlpatterns = [
     path("api/plans", views.api_plans, name="api-plans"),
     path("api/plans/<uuid:code>", views.api_plan, name="api-plan"),
     path("api/catalog", views.api_catalog, name="api-catalog"),
+    path("api/stacks", views.api_stacks, name="api-stacks"),
     path("sweeps/new/", sweep_views.sweep_new, name="sweep-new"),
     path("sweeps/<uuid:code>/", sweep_views.sweep_detail, name="sweep-detail"),
     path("sweeps/<uuid:code>/csv", sweep_views.sweep_csv, name="sweep-csv"),

@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from planner import SpecError, jsonio
+from planner import SpecError, jsonio, stacks
 
 from . import charts, services, validation_charts
 from .forms import PlanForm, initial_for
@@ -128,6 +128,12 @@ def api_plan(request: HttpRequest, code: str) -> JsonResponse:
 @api_methods("GET", "HEAD")
 def api_catalog(request: HttpRequest) -> JsonResponse:
     return JsonResponse(services.catalog_as_dict())
+
+
+@api_methods("GET", "HEAD")
+def api_stacks(request: HttpRequest) -> JsonResponse:
+    """The training stacks a request may name (training.framework), with the settings each fills and their sources."""
+    return JsonResponse(stacks.describe())
 
 
 # ---------------------------------------------------------------------------------------------------------

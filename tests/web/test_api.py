@@ -147,6 +147,14 @@ def test_the_catalog_lists_every_row_as_spec_fields(client, seeded):
     assert client.get("/api/catalog").json() == load_catalog()
 
 
+def test_the_training_stacks_are_listed_with_their_settings_and_sources(client):
+    listed = client.get("/api/stacks").json()
+    assert list(listed) == ["megatron_core", "torchtitan", "fsdp"]
+    assert listed["torchtitan"]["options"]["projections"] == "separate"
+    assert set(listed["fsdp"]["sources"]) == set(listed["fsdp"]["options"])
+    assert client.post("/api/stacks").status_code == 405
+
+
 def test_a_nul_character_is_refused_not_a_database_error(client, seeded, small_spec):
     small_spec["model"]["name"] = "bad\u0000name"  # PostgreSQL's jsonb cannot store it
     response = post(client, small_spec)
