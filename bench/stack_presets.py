@@ -2,8 +2,8 @@
 
 Run: python bench/stack_presets.py
 
-For each stack of planner/data/stacks.json, the published rows of that stack (its "rows" groups, layouts pinned as
-`python -m planner validate` pins them) are costed three ways: with each run's own options (what validation
+For each stack of planner/data/stacks.json, the published rows of that stack (the groups its "rows" lists, layouts
+pinned as `python -m planner validate` pins them) are costed three ways: with each run's own options (what validation
 reads from the row), with the stack's settings in place of those the stack names, and with the engine's defaults
 ("generic") in their place. It prints the median absolute and the median signed error of each. The stack's
 settings should land between the other two: nearer each run's own than the defaults are.
@@ -32,7 +32,7 @@ def main() -> None:
     rows = [r for f in ("calibration_runs.json", "published_runs.json") for r in load_rows(DATA / f)]
     print(f"{'stack':<14} {'rows':>4}  {'own options':>18}  {'stack settings':>18}  {'engine defaults':>18}")
     for name, entry in stacks.STACKS.items():
-        groups = {g.strip() for g in entry["rows"].split(",")}
+        groups = set(entry["rows"])
         mine = [r for r in rows if r.get("group") in groups]
         ways = (None, entry["options"], {k: DEFAULTS[k] for k in entry["options"]})
         cells = []

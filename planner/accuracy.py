@@ -144,7 +144,7 @@ def for_stack(name: str, snapshot: dict[str, Any] | None = None) -> dict[str, An
     snapshot = snapshot if snapshot is not None else load_snapshot()
     if entry is None or snapshot is None:
         return None
-    groups = {g.strip() for g in entry["rows"].split(",")}
+    groups = set(entry["rows"])
     errors = [r["err"] for r in snapshot.get("rows") or [] if r.get("group") in groups and r.get("err") is not None]
     out: dict[str, Any] = {"stack": name, "runs": len(errors), "median_abs_err": None, "max_abs_err": None}
     if not errors:

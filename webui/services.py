@@ -413,7 +413,7 @@ def validation_by_stack(snapshot: dict[str, Any] | None) -> list[dict[str, Any]]
     if not snapshot:
         return []
     found = [(name, accuracy.for_stack(name, snapshot)) for name in stacks.STACKS]
-    return [{**figures, "label": stacks.STACKS[name]["label"], "groups": stacks.STACKS[name]["rows"]}
+    return [{**figures, "label": stacks.STACKS[name]["label"], "groups": ", ".join(stacks.STACKS[name]["rows"])}
             for name, figures in found if figures is not None]
 
 
