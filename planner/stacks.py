@@ -17,21 +17,32 @@ GENERIC = "generic"
 _DOC = json.loads(STACKS_PATH.read_text())
 STACKS: dict[str, dict[str, Any]] = _DOC["stacks"]
 FRAMEWORKS = (GENERIC, *STACKS)
+# Other names a request may give a stack by (issue #8 calls Megatron-Core's "megatron"); the spec keeps the
+# canonical name.
+ALIASES = {"megatron": "megatron_core", "megatron-core": "megatron_core", "mcore": "megatron_core"}
+
+
+def canonical(name: Any) -> Any:
+    """A stack's own name for a name a request may use ("megatron" -> "megatron_core"); anything else as it is."""
+    return ALIASES.get(name.strip().lower(), name) if isinstance(name, str) else name
 
 
 def preset(name: Any) -> dict[str, Any]:
     """The options a stack sets ({} for "generic", or a name that is no stack: parse_spec reports that)."""
-    entry = STACKS.get(name.strip()) if isinstance(name, str) else None
+    entry = STACKS.get(canonical(name).strip()) if isinstance(name, str) else None
     return dict(entry["options"]) if entry else {}
 
 
 def with_stack(training: Any) -> Any:
-    """The training section with the options it leaves out (absent, null or "") taken from its framework's preset.
-    Anything that is not an object is returned as it is, for parse_spec to report."""
+    """The training section with the options it leaves out (absent, null or "") taken from its framework's preset,
+    and the framework by its canonical name (ALIASES). Anything that is not an object is returned as it is, for
+    parse_spec to report."""
     if not isinstance(training, Mapping):
         return training
     stated = {k: v for k, v in training.items() if v is not None and v != ""}
-    return {**training, **preset(training.get("framework")), **stated}
+    if "framework" in stated:
+        stated["framework"] = canonical(stated["framework"])
+    return {**training, **preset(stated.get("framework")), **stated}
 
 
 def describe() -> dict[str, Any]:

@@ -138,3 +138,10 @@ def test_a_plan_naming_a_stack_says_how_the_model_does_on_that_stacks_runs(catal
     assert stated["statement"].startswith("On published runs of the fsdp stack: ±3%, median over 232 runs")
     gpt3_doc["training"]["framework"] = "generic"
     assert "stack_accuracy" not in plan(parse_spec(gpt3_doc, catalog), top=1)  # no stack named: nothing to say
+
+
+@pytest.mark.parametrize("name", ["megatron", "Megatron-Core", " mcore "])
+def test_megatron_core_answers_to_the_names_people_call_it(catalog, gpt3_doc, name):
+    gpt3_doc["training"]["framework"] = name
+    t = parse_spec(gpt3_doc, catalog).training
+    assert t.framework == "megatron_core" and t.fp8_weight_cache is True

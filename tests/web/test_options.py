@@ -266,3 +266,12 @@ def test_without_the_pages_script_a_newly_chosen_stack_still_fills_what_was_left
                                   "training__cross_entropy": "chunked"}.items() if v is not None}
     assert client.post("/", scripted).status_code == 302
     assert Plan.objects.latest("created_at").spec_hash == plan.spec_hash
+
+
+def test_a_stack_named_by_another_name_is_marked_as_the_stack(client, catalog, small_spec):
+    small_spec["training"]["framework"] = "megatron"
+    response = client.post("/api/plans", small_spec, content_type="application/json")
+    assert response.status_code == 201, response.json()
+    plan = Plan.objects.get(code=response.json()["code"])
+    assert plan.spec["training"]["framework"] == "megatron_core"
+    assert plan.option_sources["training.fp8_weight_cache"] == "stack"
