@@ -154,7 +154,7 @@ class PlanForm(forms.Form):
         # current). A browser without the script posts the old stack's settings under a newly chosen stack; those
         # are then left to the new stack, and only what the person changed counts as set (_stack_filled).
         self.fields["stack_shown"] = forms.CharField(
-            required=False, max_length=40, widget=forms.HiddenInput,
+            required=False, widget=forms.HiddenInput,  # any value that names no stack is ignored, never an error
             initial=self.initial.get("training__framework") or stacks.GENERIC,
             help_text="The training stack whose settings the option fields show.")
         self.fields["num_gpus"] = forms.CharField(

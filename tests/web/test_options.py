@@ -266,6 +266,8 @@ def test_without_the_pages_script_a_newly_chosen_stack_still_fills_what_was_left
                                   "training__cross_entropy": "chunked"}.items() if v is not None}
     assert client.post("/", scripted).status_code == 302
     assert Plan.objects.latest("created_at").spec_hash == plan.spec_hash
+    # A stack_shown that names no stack (a tampered page) is ignored, not an error the page could not show.
+    assert client.post("/", {**scripted, "stack_shown": "x" * 500}).status_code == 302
 
 
 def test_a_stack_named_by_another_name_is_marked_as_the_stack(client, catalog, small_spec):
