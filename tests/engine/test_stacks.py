@@ -8,7 +8,6 @@ from collections import Counter, defaultdict
 import pytest
 
 from planner import SpecError, accuracy, parse_spec, plan, stacks
-from planner.catalog import load_catalog
 from planner.published import compare, load_rows, row_to_spec_doc
 from planner.spec import REQUIRED, SECTIONS
 from planner.whatif.sweep import expand
@@ -68,9 +67,9 @@ def test_every_preset_value_is_one_the_option_takes_and_has_a_source(catalog, gp
         assert {k: getattr(t, k) for k in entry["options"]} == entry["options"], name
 
 
-def _row_options() -> dict[str, dict[str, Counter]]:
+@pytest.fixture(scope="module")
+def row_options(catalog) -> dict[str, dict[str, Counter]]:
     """{group: {option: Counter of the values validation costs the group's rows with}}."""
-    catalog = load_catalog()
     found: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
     for path in (DATA / "calibration_runs.json", DATA / "published_runs.json"):
         for row in load_rows(path):
@@ -82,18 +81,15 @@ def _row_options() -> dict[str, dict[str, Counter]]:
     return found
 
 
-ROW_OPTIONS = _row_options()
-
-
 @pytest.mark.parametrize("name", list(stacks.STACKS))
-def test_each_stack_agrees_with_the_published_rows_of_that_stack(name):
+def test_each_stack_agrees_with_the_published_rows_of_that_stack(name, row_options):
     entry = stacks.STACKS[name]
     groups = entry["rows"]
-    assert groups and all(g in ROW_OPTIONS for g in groups), groups
+    assert groups and all(g in row_options for g in groups), groups
     for option, value in entry["options"].items():
         seen = Counter()
         for g in groups:
-            seen.update(ROW_OPTIONS[g][option])
+            seen.update(row_options[g][option])
         assert value in seen, (name, option, value, seen)  # no preset value is one its rows never ran
         if option in DEFINING:
             assert set(seen) == {value}, (name, option, seen)
