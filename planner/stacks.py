@@ -17,6 +17,8 @@ GENERIC = "generic"
 _DOC = json.loads(STACKS_PATH.read_text())
 STACKS: dict[str, dict[str, Any]] = _DOC["stacks"]
 FRAMEWORKS = (GENERIC, *STACKS)
+# The training options some stack sets (a stack leaves the others at the engine's defaults).
+SET_BY_A_STACK = frozenset(name for entry in STACKS.values() for name in entry["options"])
 # Other names a request may give a stack by (issue #8 calls Megatron-Core's "megatron"); the spec keeps the
 # canonical name.
 ALIASES = {"megatron": "megatron_core", "megatron-core": "megatron_core", "mcore": "megatron_core"}

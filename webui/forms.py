@@ -22,7 +22,6 @@ from . import options, services
 CUSTOM = "custom"
 MODIFIED = " (modified)"  # appended to a catalog name whose values the form changed
 HARDWARE = ("gpu", "node", "fabric")
-TRAINING_FIELDS_BY_NAME = {f.name: f for f in SECTIONS["training"]}
 # spec section -> form prefix
 PREFIX = {"model": "model", "training": "training", "cluster.gpu": "gpu", "cluster.node": "node",
           "cluster.fabric": "fabric", "layout": "layout"}
@@ -200,9 +199,8 @@ class PlanForm(forms.Form):
     def stack_data(self) -> dict[str, Any]:
         """What the page's script needs to fill the training options when the stack changes: each stack's settings
         and, for an option a stack leaves alone, the engine's default."""
-        named = {name for entry in stacks.STACKS.values() for name in entry["options"]}
         return {"stacks": {name: entry["options"] for name, entry in stacks.describe().items()},
-                "defaults": {f.name: f.default for f in SECTIONS["training"] if f.name in named}}
+                "defaults": _stack_option_defaults()}
 
     def _training_groups(self) -> list[dict[str, Any]]:
         named = {n for _, group in TRAINING_GROUPS for n in group}
@@ -255,9 +253,8 @@ class PlanForm(forms.Form):
         chosen, shown = values.get("framework") or stacks.GENERIC, self.cleaned_data.get("stack_shown")
         if shown == chosen or shown not in stacks.FRAMEWORKS:
             return values
-        was = {name: f.default for name, f in TRAINING_FIELDS_BY_NAME.items()} | stacks.preset(shown)
-        named = {name for entry in stacks.STACKS.values() for name in entry["options"]}
-        return {k: None if k in named and v == was[k] else v for k, v in values.items()}
+        was = _stack_option_defaults() | stacks.preset(shown)
+        return {k: None if k in was and v == was[k] else v for k, v in values.items()}
 
     def _value(self, name: str) -> Any:
         value = self.cleaned_data.get(name)
@@ -296,6 +293,11 @@ class PlanForm(forms.Form):
         if selector and self.cleaned_data.get(selector) != CUSTOM:
             return selector, False  # the catalog row is at fault; its fields are not the ones being used
         return f"{prefix}__{name}", True
+
+
+def _stack_option_defaults() -> dict[str, Any]:
+    """The engine's default of each training option some stack sets: what "generic" shows in those fields."""
+    return {f.name: f.default for f in SECTIONS["training"] if f.name in stacks.SET_BY_A_STACK}
 
 
 def initial_for(catalog: Catalog, spec: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -75,14 +75,14 @@ def unstated(*, data: dict[str, Any], catalog: Mapping[str, Mapping] | None) -> 
     out = {key: dict(value) if isinstance(value, Mapping) else value for key, value in data.items()}
     if isinstance(out.get("cluster"), dict):
         out["cluster"] = {k: dict(v) if isinstance(v, Mapping) else v for k, v in out["cluster"].items()}
+    stack = preset(_at(out, "training.framework"))  # "generic", which the loop may leave out, sets nothing
     for path, f in option_fields():
         section, name = path.rsplit(".", 1)
         holder = _at(out, section)
         if not isinstance(holder, dict) or holder.get(name) in (None, ""):
             continue
         row = _catalog_row(out, section, catalog)
-        stack = preset(_at(out, "training.framework")) if section == "training" else {}
-        if name in stack:
+        if section == "training" and name in stack:
             assumed = stack[name]
         else:
             assumed = row.get(name) if row is not None and row.get(name) is not None else f.default

@@ -239,7 +239,7 @@ def test_the_form_carries_each_stacks_settings_for_its_script(client, catalog):
     assert data["stacks"]["torchtitan"] == stacks.preset("torchtitan")
     # Back to "generic", a stack's option returns to the engine's default.
     assert data["defaults"]["checkpoint_impl"] == "megatron" and data["defaults"]["zero_granularity"] == "bucket"
-    assert set(data["defaults"]) == {k for s in stacks.STACKS.values() for k in s["options"]}
+    assert set(data["defaults"]) == stacks.SET_BY_A_STACK == {k for s in stacks.STACKS.values() for k in s["options"]}
     assert '<option value="torchtitan">torchtitan: torchtitan (PyTorch-native' in page
     assert '<option value="generic" selected>generic: each option' in page
 
