@@ -19,7 +19,7 @@ from .model import is_gpt_style, kv_dim, mlp_inputs_per_token, mlp_width_per_tok
 from .spec import GPUSpec, ModelSpec, TrainingSpec
 
 TILES = ((128, 128), (128, 256), (256, 128))  # output tiles cuBLAS chooses among (CUTLASS defaults)
-FUSED_ATTENTION = ("flash", "cudnn", "triton")  # kernels that never write the s x s scores to memory
+FUSED_ATTENTION = ("flash", "cudnn", "te", "triton")  # kernels that never write the s x s scores to memory
 
 
 def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPUSpec, fp8: bool = False,
@@ -306,9 +306,16 @@ def ring_merge_bytes(m: ModelSpec, training: TrainingSpec, shard: Shard) -> tupl
 
 def attention_efficiency(gpu: GPUSpec, kernel: str) -> float:
     """The GPU's fraction of its BF16 peak for a fused attention kernel (catalog data): cuDNN's fused attention
-    has its own figure where one was measured (cudnn_attention_efficiency), else FlashAttention-2's."""
-    if kernel == "cudnn" and gpu.cudnn_attention_efficiency is not None:
-        return gpu.cudnn_attention_efficiency
+    has its own figure where one was measured (cudnn_attention_efficiency), else FlashAttention-2's. "te" is
+    Transformer Engine's pick between the two, the faster on the GPU: it prefers cuDNN's FusedAttention on Hopper
+    and later "for performance reasons" and FlashAttention-2 before (transformer_engine/pytorch/attention/
+    dot_product_attention/utils.py, get_attention_backend), as the catalog's figures rank them (A100: 0.55
+    FlashAttention-2 against 0.45 cuDNN; H100: 0.32 against 0.54)."""
+    cudnn = gpu.cudnn_attention_efficiency if gpu.cudnn_attention_efficiency is not None else gpu.attention_efficiency
+    if kernel == "cudnn":
+        return cudnn
+    if kernel == "te":
+        return max(cudnn, gpu.attention_efficiency)
     return gpu.attention_efficiency
 
 

@@ -245,7 +245,10 @@ HOST_COPY_EFFICIENCY = 0.8
 # 2.22: interleaving no longer needs the micro-batches of a step to be a multiple of PP, only at least PP: Megatron-
 # Core runs them in larger groups (--microbatch-group-size-per-virtual-pipeline-stage, memory.vp_group), whose
 # extra warm-up activations the first stage holds; step times of a given layout unchanged.
-ENGINE_VERSION = "2.22"
+# 2.23: training.attention = te (Transformer Engine's own pick: the faster of cuDNN and FlashAttention-2 on the GPU),
+# which the megatron_core stack now sets, with fp8_param_gather; rows of Transformer Engine stacks read as te (the
+# same kernel they were costed with). Step times of a given spec unchanged unless it names megatron_core.
+ENGINE_VERSION = "2.23"
 
 
 def as_dict() -> dict[str, float]:

@@ -570,9 +570,10 @@ def fp8_gather(row: dict[str, Any]) -> bool:
 def attention_kernel(row: dict[str, Any], gpu: str) -> str:
     """The attention kernel the row names: an llm-foundry attn_impl ('triton', 'flash', 'torch'; per model size
     when the row lists sizes), FlashAttention in Triton, cuDNN fused attention, or a flash kernel (FlashAttention,
-    SDPA). Transformer Engine stacks (Megatron-Core, NeMo) that name no kernel run cuDNN on Hopper and later: TE
-    disables FlashAttention "to give FusedAttention preference on Hopper+ for performance reasons"
-    (transformer_engine/pytorch/attention/dot_product_attention/utils.py, get_attention_backend). Runs on
+    SDPA). Transformer Engine stacks (Megatron-Core, NeMo) that name no kernel run Transformer Engine's own pick
+    (te): cuDNN on Hopper and later, where TE disables FlashAttention "to give FusedAttention preference on Hopper+
+    for performance reasons" (transformer_engine/pytorch/attention/dot_product_attention/utils.py,
+    get_attention_backend), FlashAttention-2 before. Runs on
     V100/A100 that name none and predate FlashAttention (2022: the 2020-21 Megatron rows of groups other than F_
     and M_) ran Megatron's unfused softmax; every later stack runs a flash kernel."""
     impl = _attn_impl(row)
@@ -584,11 +585,13 @@ def attention_kernel(row: dict[str, Any], gpu: str) -> str:
     pre_hopper = any(g in gpu for g in PRE_FLASH_GPUS)
     te_stack = TE_STACKS.search(text)
     named = [w for w in ("flash", "triton", "sdpa", "cudnn") if affirmed(w, text)]
-    if not pre_hopper and (CUDNN_ATTENTION.search(text) or (te_stack and not any(affirmed(re.escape(w), text)
-                                                                                     for w in NAMED_FLASH))):
-        # Before the "no flash" rule below: Transformer Engine with FlashAttention switched off (NVTE_FLASH_ATTN=0,
-        # "no flash attention") still runs its cuDNN FusedAttention on Hopper+, not an unfused softmax.
+    if not pre_hopper and CUDNN_ATTENTION.search(text):
         return "cudnn"
+    if not pre_hopper and te_stack and not any(affirmed(re.escape(w), text) for w in NAMED_FLASH):
+        # Before the "no flash" rule below: Transformer Engine with FlashAttention switched off (NVTE_FLASH_ATTN=0,
+        # "no flash attention") still runs its cuDNN FusedAttention on Hopper+, not an unfused softmax; Transformer
+        # Engine's own pick (te) is that kernel there.
+        return "te"
     if "flash" in text and not named:
         # "no flash attention", "without FlashAttention": the row names the kernel it did not run, and no other
         return "unfused"
@@ -599,8 +602,10 @@ def attention_kernel(row: dict[str, Any], gpu: str) -> str:
         # 2024. The paper's memory agrees: doubling the micro-batch from 6 to 12 adds 27 GB (Table 8), 91 bytes per
         # token and layer per unit of hidden size, Korthikanti et al.'s 34 + 5as/h = 87 without flash attention.
         return "unfused"
+    if te_stack and not named:
+        return "te"  # Transformer Engine's pick: FlashAttention before Hopper
     if te_stack or named:
-        return "flash"  # Transformer Engine runs FlashAttention before Hopper
+        return "flash"
     # Stacks that postdate FlashAttention and run a flash kernel on any GPU: torchtitan and torchao (SDPA),
     # fms-fsdp (SDPA), llm-foundry (attn_impl flash or triton, read above where the row names it).
     return "unfused" if _before_2022(row, gpu) else "flash"

@@ -94,7 +94,7 @@ def pp_reason(spec: PlanSpec, pp: int) -> tuple[str, str] | None:
 def cp_reason(spec: PlanSpec, cp: int) -> tuple[str, str] | None:
     if cp == 1:
         return None
-    if spec.training.attention not in ("flash", "cudnn"):
+    if spec.training.attention not in ("flash", "cudnn", "te"):
         # Ring attention merges each step's partial output by its log-sum-exp, which only a fused attention kernel
         # returns (Megatron-Core context parallelism runs on Transformer Engine's flash or cuDNN fused attention).
         return "cp_needs_flash_attention", (f"CP={cp} needs flash or cudnn attention (ring attention merges the "

@@ -24,7 +24,7 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
 TOPOLOGIES = ("fat_tree", "rail_optimized", "dragonfly", "torus")
 FABRIC_KINDS = ("infiniband", "roce", "ethernet", "efa")
-ATTENTION_KERNELS = ("flash", "cudnn", "triton", "unfused")
+ATTENTION_KERNELS = ("flash", "cudnn", "te", "triton", "unfused")
 ELEMENTWISE_MODES = ("fused", "eager")
 EP_DISPATCH = ("all_to_all", "dedup")
 EP_DISPATCH_DTYPES = ("bf16", "fp8")
@@ -223,7 +223,9 @@ TRAINING_FIELDS = (
     Field("attention", str, "flash", choices=ATTENTION_KERNELS,
           help="Attention kernel: flash (FlashAttention-2 class: FA2, PyTorch SDPA's default; fused, causal, no "
                "s x s matrix in memory), cudnn (cuDNN fused attention: Transformer Engine's default on Hopper and "
-               "later, so Megatron-Core and NeMo; FlashAttention-3 class there, ~1.7x FA2 on H100), triton "
+               "later; FlashAttention-3 class there, ~1.7x FA2 on H100), te (Transformer Engine's own pick, as "
+               "Megatron-Core and NeMo run it: the faster of the two on the GPU, cuDNN on Hopper and later, "
+               "FlashAttention-2 before), triton "
                "(FlashAttention written in Triton, 2022-23: llm-foundry attn_impl=triton; fused, slower) or unfused "
                "(Megatron before FlashAttention, 2022)."),
 )

@@ -158,8 +158,9 @@ def _precision(job: Job, arg, em: Emitter) -> None:
         em.note("attention kernel triton (FlashAttention in Triton): Megatron has no such backend; "
                 "--attention-backend flash runs a faster kernel than the plan assumed")
     else:
-        # Megatron's AttnBackend names Transformer Engine's cuDNN FusedAttention "fused".
-        arg("--attention-backend", {"cudnn": "fused"}.get(attention, attention))
+        # Megatron's AttnBackend names Transformer Engine's cuDNN FusedAttention "fused", and Transformer Engine's
+        # own pick "auto".
+        arg("--attention-backend", {"cudnn": "fused", "te": "auto"}.get(attention, attention))
 
 
 def _mechanisms(job: Job, arg, em: Emitter) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from ..compute import attention_efficiency
 from .common import Emitter, Job, heading
 
 SCHEDULE = {False: "1F1B", True: "Interleaved1F1B"}
@@ -68,8 +69,9 @@ def _training(job: Job, key, em: Emitter) -> None:
     if t.saves_fp8_inputs:
         em.note("fp8_saved_inputs fp8: torchao float8 keeps each linear's 16-bit input for the backward, so "
                 "activations take more memory than the plan assumed")
-    if t.attention == "cudnn":
-        em.note("attention kernel cudnn: torchtitan's SDPA picks cuDNN attention on B200 and later only (torchtitan "
+    gpu = job.spec.cluster.gpu
+    if t.attention == "cudnn" or (t.attention == "te" and attention_efficiency(gpu, "te") > gpu.attention_efficiency):
+        em.note(f"attention kernel {t.attention}: torchtitan's SDPA picks cuDNN attention on B200 and later only (torchtitan "
                 "#1196); on Hopper it runs FlashAttention-2, slower than the plan assumed")
     elif t.attention != "flash":
         em.note(f"attention kernel {t.attention}: torchtitan runs PyTorch SDPA (flash), faster than the plan assumed")

@@ -8,7 +8,8 @@ import pytest
 
 from planner import constants as C
 from planner import parse_spec
-from planner.compute import Shard, attention_times, elementwise_bytes, gemm_time, k_half, layer_times
+from planner.compute import (Shard, attention_efficiency, attention_times, elementwise_bytes, gemm_time, k_half,
+                              layer_times)
 
 
 @pytest.fixture
@@ -189,6 +190,23 @@ def test_cudnn_attention_runs_at_its_own_catalog_rate(h100, catalog):
         (flash[1][0] / C.FLASH_BACKWARD_FACTOR - launch) * 0.32 / 0.54)
     unmeasured = type(gpu)(**{**gpu.__dict__, "cudnn_attention_efficiency": None})
     assert attention_times(h100.model, unmeasured, cudnn_training, shard())[0][0] == pytest.approx(flash[0][0])
+
+
+@pytest.mark.parametrize("gpu_name, kernel, efficiency", [
+    ("H100 SXM5 80GB", "cudnn", 0.54),   # Transformer Engine prefers cuDNN on Hopper and later
+    ("A100 SXM4 80GB", "flash", 0.55),   # and FlashAttention-2 before, where cuDNN (0.45) is slower
+    ("V100 SXM3 32GB", "flash", 0.55),   # no cuDNN figure: the flash one
+])
+def test_te_attention_is_the_faster_of_the_gpus_two_kernels(catalog, gpt3_doc, gpu_name, kernel, efficiency):
+    """training.attention = te (Transformer Engine's own pick, the megatron_core stack's setting) costs as the
+    kernel Transformer Engine picks on that GPU."""
+    gpt3_doc["cluster"]["gpu"] = gpu_name
+    spec = parse_spec(gpt3_doc, catalog)
+    gpu = spec.cluster.gpu
+    assert attention_efficiency(gpu, "te") == attention_efficiency(gpu, kernel) == efficiency
+    te, picked = (attention_times(spec.model, gpu, replace(spec.training, attention=k), shard())
+                  for k in ("te", kernel))
+    assert (te[0][0], te[1][0]) == (picked[0][0], picked[1][0])
 
 
 def test_backward_costs_about_twice_the_forward(h100):

@@ -459,6 +459,12 @@ def test_the_costed_stack_behaviours_reach_megatron_and_torchtitan():
     spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1}, {"attention": "cudnn"})
     assert megatron_args(launch_config(spec, entry, "megatron").text)["--attention-backend"] == "fused"
     assert "cuDNN attention on B200 and later only" in " ".join(launch_config(spec, entry, "torchtitan").notes)
+    # Transformer Engine's own pick (te, the megatron_core stack's) is Megatron's "auto"; on an H100 it is cuDNN,
+    # which torchtitan's SDPA does not run there.
+    spec, entry = small_plan(H100_32, {"tp": 4, "pp": 1}, {"framework": "megatron_core"})
+    assert spec.training.attention == "te"
+    assert megatron_args(launch_config(spec, entry, "megatron").text)["--attention-backend"] == "auto"
+    assert "attention kernel te" in " ".join(launch_config(spec, entry, "torchtitan").notes)
     # The loss: torchtitan compiles it with the model or not at all; Megatron's is always the fused one.
     for elementwise, loss, components, titan_note, megatron_note in (
             ("fused", "fused", ["model", "loss"], False, False), ("fused", "eager", ["model"], False, True),

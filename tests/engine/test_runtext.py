@@ -17,10 +17,10 @@ FOUNDRY_2024 = "fsdp limit_all_gathers=true; attn_impl 'flash' for 1b/3b/7b/70b 
     ({"group": "A_sc21", "notes": "End-to-end throughput"}, "A100 SXM4 80GB", "unfused"),
     ({"group": "A_sc21", "notes": "End-to-end throughput"}, "H100 SXM5 80GB", "flash"),
     ({"group": "F_x", "notes": ""}, "A100 SXM4 80GB", "flash"),
-    # Transformer Engine prefers its cuDNN FusedAttention on Hopper and later, FlashAttention before.
-    ({"notes": "Megatron-LM examples/moe_recipes README row"}, "H100 SXM5 80GB", "cudnn"),
-    ({"notes": "Megatron-Core with Transformer Engine"}, "GB200", "cudnn"),
-    ({"notes": "Megatron-Core with Transformer Engine"}, "A100 SXM4 80GB", "flash"),
+    # Transformer Engine picks its own backend (te): cuDNN FusedAttention on Hopper and later, FlashAttention before.
+    ({"notes": "Megatron-LM examples/moe_recipes README row"}, "H100 SXM5 80GB", "te"),
+    ({"notes": "Megatron-Core with Transformer Engine"}, "GB200", "te"),
+    ({"notes": "Megatron-Core with Transformer Engine"}, "A100 SXM4 80GB", "te"),
     ({"notes": "NeMo 2.0 recipe, attention_backend flash"}, "H100 SXM5 80GB", "flash"),
     ({"notes": "SDPA with the cuDNN backend"}, "H100 SXM5 80GB", "cudnn"),
     # cuDNN named for another op is not the attention kernel.
@@ -32,7 +32,7 @@ FOUNDRY_2024 = "fsdp limit_all_gathers=true; attn_impl 'flash' for 1b/3b/7b/70b 
     ({"group": "F_x", "notes": "trained without FlashAttention"}, "H100 SXM5 80GB", "unfused"),
     ({"group": "F_x", "notes": "no FlashAttention-3; SDPA flash backend"}, "H100 SXM5 80GB", "flash"),
     # Transformer Engine without FlashAttention still runs its cuDNN FusedAttention on Hopper+.
-    ({"notes": "Megatron-Core with Transformer Engine, no flash attention"}, "H100 SXM5 80GB", "cudnn"),
+    ({"notes": "Megatron-Core with Transformer Engine, no flash attention"}, "H100 SXM5 80GB", "te"),
     # A stack that postdates FlashAttention runs a flash kernel on an A100, whatever the row's group is called.
     ({"group": "X", "notes": "torchtitan FSDP2"}, "A100 SXM4 80GB", "flash"),
     ({"group": "X", "notes": "fms-fsdp, SDPA"}, "A100 SXM4 80GB", "flash"),
