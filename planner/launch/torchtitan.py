@@ -71,8 +71,8 @@ def _training(job: Job, key, em: Emitter) -> None:
                 "activations take more memory than the plan assumed")
     gpu = job.spec.cluster.gpu
     if t.attention == "cudnn" or (t.attention == "te" and attention_efficiency(gpu, "te") > gpu.attention_efficiency):
-        em.note(f"attention kernel {t.attention}: torchtitan's SDPA picks cuDNN attention on B200 and later only (torchtitan "
-                "#1196); on Hopper it runs FlashAttention-2, slower than the plan assumed")
+        em.note(f"attention kernel {t.attention}: torchtitan's SDPA picks cuDNN attention on B200 and later only "
+                "(torchtitan #1196); on Hopper it runs FlashAttention-2, slower than the plan assumed")
     elif t.attention != "flash":
         em.note(f"attention kernel {t.attention}: torchtitan runs PyTorch SDPA (flash), faster than the plan assumed")
     if t.precision != "fp16":
