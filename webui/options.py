@@ -56,13 +56,8 @@ def option_sources(*, data: Any, catalog: Mapping[str, Mapping] | None) -> dict[
     stack = preset(_at(data, "training.framework"))
     for path, f in option_fields():
         section = path.rsplit(".", 1)[0]
-        row = _catalog_row(data, section, catalog)
-        if _at(data, path) not in (None, ""):
-            sources[path] = REQUEST
-        elif section == "training" and f.name in stack:
-            sources[path] = STACK
-        else:
-            sources[path] = CATALOG if row is not None and row.get(f.name) is not None else DEFAULT
+        stated = _at(data, path) not in (None, "")
+        sources[path] = REQUEST if stated else _assumed(section, f, stack, _catalog_row(data, section, catalog))[0]
     return sources
 
 
@@ -81,14 +76,20 @@ def unstated(*, data: dict[str, Any], catalog: Mapping[str, Mapping] | None) -> 
         holder = _at(out, section)
         if not isinstance(holder, dict) or holder.get(name) in (None, ""):
             continue
-        row = _catalog_row(out, section, catalog)
-        if section == "training" and name in stack:
-            assumed = stack[name]
-        else:
-            assumed = row.get(name) if row is not None and row.get(name) is not None else f.default
+        _, assumed = _assumed(section, f, stack, _catalog_row(out, section, catalog))
         if _same(holder[name], assumed, f):
             holder[name] = None
     return out
+
+
+def _assumed(section: str, f: Field, stack: Mapping[str, Any], row: Mapping | None) -> tuple[str, Any]:
+    """(source, value) an option the request leaves out takes, in the order `parse_spec` applies: the named
+    training stack's setting, else the named catalog row's value, else the engine's default."""
+    if section == "training" and f.name in stack:
+        return STACK, stack[f.name]
+    if row is not None and row.get(f.name) is not None:
+        return CATALOG, row[f.name]
+    return DEFAULT, f.default
 
 
 def _same(value: Any, assumed: Any, f: Field) -> bool:
