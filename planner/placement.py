@@ -324,6 +324,14 @@ def _torus_load(cluster: ClusterSpec, stride: int, size: int, closed: bool) -> t
     rings use both directions of a link. An average: hot spots (e.g. at domain boundaries) are not modelled."""
     hops, pair = _torus_ring_hops(cluster, stride, size, closed)
     load = max(cluster.node.gpus * h / size for h in hops)
+    if load <= 0:
+        # The group's NVLink domains share one node (two 4-GPU domains of an 8-GPU H200 NVL server): its traffic
+        # between them leaves each domain through the domain's NICs and turns in the node's own router, on no
+        # torus link, so those NICs are the limit, as the "nic" level of a tree (_tree_load).
+        dom = domain_gpus(cluster)
+        _, shared, members = _crossing(dom, stride, size, cluster.num_gpus)
+        egress = min(dom * nic_gbytes_per_gpu(cluster) / max(1, shared), members * nic_gbytes_per_gpu(cluster))
+        return [("nic", max(1, shared), members, egress)], pair
     egress = 2 * torus_link_gbytes_per_s(cluster) / load
     members = _spread(stride, size, domain_gpus(cluster), cluster.num_gpus)[0]
     return [("torus", max(1, math.ceil(load - 1e-9)), members, egress)], pair

@@ -534,11 +534,9 @@ def _coerce(f: Field, value: Any, path: str, errs: _Collector) -> Any:
             errs.add(path, f"must be a string, not {_describe(value)}")
             return None
         value = value.strip()
-        if any(ord(c) < 32 or ord(c) == 127 for c in value):
-            errs.add(path, "must not contain control characters")
-            return None
-        if any(c in BIDI_CONTROLS for c in value):
-            errs.add(path, "must not contain bidirectional control characters (they reorder the page around it)")
+        problem = text_problem(value)
+        if problem:
+            errs.add(path, problem)
             return None
         if f.choices and value not in f.choices:
             errs.add(path, f"must be one of {', '.join(f.choices)} (got {value[:40]!r})")
@@ -580,6 +578,19 @@ def _quantity(bound: float, unit: str) -> str:
 
 # Unicode's bidirectional formatting characters (UAX #9: embeddings, overrides, isolates and marks).
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def text_problem(value: str) -> str | None:
+    """Why a text value cannot be a name, or None. JSON's \\u escapes can spell a lone UTF-16 surrogate
+    ("\\ud800"), which no UTF-8 page, database query or file can hold; control characters break pages and logs
+    (and PostgreSQL refuses NUL); bidirectional controls reorder the page around the name."""
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+        return "must be valid Unicode text (it holds a lone UTF-16 surrogate, such as \\ud800)"
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return "must not contain control characters"
+    if any(c in BIDI_CONTROLS for c in value):
+        return "must not contain bidirectional control characters (they reorder the page around it)"
+    return None
 
 
 def fmt_number(x: float) -> str:
@@ -651,6 +662,11 @@ def _hardware(data: Any, path: str, spec_fields: tuple[Field, ...], table: Mappi
               errs: _Collector) -> dict[str, Any] | None:
     """A hardware entry is either the name of a catalog entry or an inline object; an inline object whose name
     is in the catalog inherits the fields it leaves out (e.g. sm_count) from that entry."""
+    # A name that cannot be text is refused before the catalog is searched (a database cannot be queried for it);
+    # an inline object's name is then refused with its other fields.
+    if isinstance(data, str) and text_problem(data):
+        errs.add(path, text_problem(data))
+        return None
     if isinstance(data, str):
         entry = (table or {}).get(data.strip())
         if entry is None:
@@ -659,7 +675,8 @@ def _hardware(data: Any, path: str, spec_fields: tuple[Field, ...], table: Mappi
             errs.add(path, f"unknown catalog name {data[:60]!r}{hint}")
             return None
         data = entry
-    elif isinstance(data, Mapping) and isinstance(data.get("name"), str) and data["name"].strip() in (table or {}):
+    elif (isinstance(data, Mapping) and isinstance(data.get("name"), str) and not text_problem(data["name"])
+          and data["name"].strip() in (table or {})):
         data = {**table[data["name"].strip()], **{k: v for k, v in data.items() if v is not None}}
     return _section(data, path, spec_fields, errs)
 
@@ -789,6 +806,11 @@ def _check_cluster(num_gpus: int, gpu: dict, node: dict, fabric: dict, training:
                  f"must be a multiple of node.gpus ({per_node}) or divide it")
     if num_gpus > per_node and node["nics"] < 1:
         errs.add("cluster.node.nics", "must be at least 1 when the cluster has more than one node")
+    elif min(num_gpus, per_node) > domain and node["nics"] < 1:
+        # GPUs of one node in different NVLink domains reach each other only through the node's NICs (the model
+        # has no PCIe peer-to-peer path between domains).
+        errs.add("cluster.node.nics", f"must be at least 1 when a node holds more than one NVLink domain "
+                                      f"(node.gpus {per_node}, nvlink_domain_gpus {domain})")
     if training["precision"] == "fp8" and gpu["fp8_tflops"] == 0:
         errs.add("training.precision", f"fp8 needs a GPU with FP8 tensor cores, and {gpu['name']!r} has none "
                                        f"(cluster.gpu.fp8_tflops is 0)")

@@ -9,6 +9,7 @@ fields from the chosen row and switches to "custom" when someone edits one.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django import forms
@@ -181,10 +182,13 @@ class PlanForm(forms.Form):
             return [self[n] for n in self.fields if n.startswith(prefix + "__")
                     and n.split("__", 1)[1] not in exclude and (only is None or n.split("__", 1)[1] in only)]
 
+        more = names("model", only=MODEL_MORE)
         sets = [
             {"id": "model", "title": "Model", "selector": self["model_preset"],
-             "fields": names("model", exclude=MODEL_MORE), "more": names("model", only=MODEL_MORE),
-             "more_title": "Mixture of experts and embeddings"},
+             "fields": names("model", exclude=MODEL_MORE), "more": more,
+             "more_title": "Mixture of experts and embeddings",
+             # open where a message must be seen: the banner says the messages are next to their fields
+             "more_open": any(f.errors for f in more)},
             {"id": "training", "title": "Training", "groups": self._training_groups()},
             {"id": "cluster", "title": "Cluster", "fields": [self["num_gpus"]]},
         ]
@@ -307,7 +311,8 @@ def initial_for(catalog: Catalog, spec: dict[str, Any] | None = None) -> dict[st
     Every field below a catalog dropdown starts with that row's values, so "custom" starts from them.
     """
     if spec is None:
-        choices = {k: v for k, v in EXAMPLE.items() if k in HARDWARE + ("model_preset",)}
+        choices = {k: catalog_choice(catalog[_SECTION_OF.get(k, k)], v)
+                   for k, v in EXAMPLE.items() if k in HARDWARE + ("model_preset",)}
         initial = engine_initial() | {k: v for k, v in EXAMPLE.items() if k not in choices}
         sections = {"model": catalog["model"].get(choices["model_preset"])}
         sections.update({hw: catalog[hw].get(choices[hw]) for hw in HARDWARE})
@@ -325,6 +330,17 @@ def initial_for(catalog: Catalog, spec: dict[str, Any] | None = None) -> dict[st
             continue
         initial.update({f"{key}__{k}": v for k, v in fields.items() if v is not None})
     return initial | choices
+
+
+_SECTION_OF = {"model_preset": "model"}
+
+
+def catalog_choice(rows: Mapping[str, Any], preferred: str) -> str | None:
+    """The catalog row a form starts on: `preferred` (the example's), else the first by name once an admin has
+    renamed or deleted it, so that an untouched form is still a complete request; None for an empty table."""
+    if preferred in rows:
+        return preferred
+    return min(rows, default=None)
 
 
 def _same(typed: Any, stored: Any) -> bool:

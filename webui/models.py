@@ -50,9 +50,12 @@ class CatalogRow(models.Model):
 
     def clean(self) -> None:
         errors = section_errors(self.SECTION, self.spec_fields())
-        for f in self._meta.concrete_fields:  # PostgreSQL cannot store NUL in text
-            if "\x00" in str(getattr(self, f.attname) or ""):
+        for f in self._meta.concrete_fields:  # PostgreSQL cannot store NUL in text, nor UTF-8 a lone surrogate
+            text = str(getattr(self, f.attname) or "")
+            if "\x00" in text:
                 errors.setdefault(f.attname, []).append("must not contain NUL characters")
+            if any(0xD800 <= ord(c) <= 0xDFFF for c in text) and f.attname not in errors:  # name: said already
+                errors.setdefault(f.attname, []).append("must be valid Unicode text (it holds a lone surrogate)")
         if twin := self._same_name_but_case():
             errors.setdefault("name", []).append(
                 f"{twin.name!r} is already a {self._meta.verbose_name}: names that differ only in case would be "

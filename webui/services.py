@@ -25,6 +25,7 @@ import planner
 from planner import PlanSpec, SpecError, accuracy, parse_spec, stacks
 from planner.catalog import FIXTURES_DIR, Catalog
 from planner.constants import ENGINE_VERSION
+from planner.spec import text_problem
 from planner.launch import launch_configs
 
 from . import delivery, options
@@ -76,7 +77,8 @@ def catalog_import(*, rows: Any, update_existing: bool = True) -> dict[str, int]
             try:
                 outcome = _catalog_row_load(row, update_existing=update_existing)
             except ValidationError as err:
-                name = row.get("fields", {}).get("name", "?") if isinstance(row, dict) else "?"
+                fields = row.get("fields") if isinstance(row, dict) else None
+                name = fields.get("name", "?") if isinstance(fields, dict) else "?"
                 problems.extend(f"row {index} ({name}): {m}" for m in _messages(err))
                 continue
             counts[outcome] += 1
@@ -97,7 +99,10 @@ def _catalog_row_load(row: Any, *, update_existing: bool) -> str:
     unknown = sorted(set(fields) - known)
     if unknown:
         raise ValidationError(f"unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    instance = model.objects.filter(name=fields.get("name")).first()
+    name = fields.get("name")
+    if isinstance(name, str) and text_problem(name):  # nor can a query hold it (NUL, a lone surrogate)
+        raise ValidationError({"name": [text_problem(name)]})
+    instance = model.objects.filter(name=name).first() if isinstance(name, str) else None
     if instance is not None and not update_existing:
         return "unchanged"
     created = instance is None
@@ -146,9 +151,9 @@ class CatalogTable(Mapping[str, dict[str, Any]]):
 
     def get(self, name: Any, default: Any = None) -> Any:
         if name not in self.rows:
-            # No row's name holds NUL (CatalogRow.clean refuses it), and PostgreSQL refuses NUL in a query: such a
-            # name is simply unknown, and parse_spec names the field.
-            row = self.model.objects.filter(name=name).first() if isinstance(name, str) and "\x00" not in name \
+            # No row's name holds NUL or a lone surrogate (CatalogRow.clean refuses them), and neither can go into a
+            # query (PostgreSQL refuses NUL, UTF-8 the surrogate): such a name is simply unknown.
+            row = self.model.objects.filter(name=name).first() if isinstance(name, str) and not text_problem(name) \
                 else None
             self.rows[name] = row.spec_fields() if row else None
         found = self.rows[name]

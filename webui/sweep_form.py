@@ -14,6 +14,8 @@ from planner.catalog import Catalog
 from planner.spec import PRECISIONS
 from planner.stacks import FRAMEWORKS, GENERIC
 
+from .forms import catalog_choice
+
 DEFAULTS = {"model": "Llama 3 70B", "gpus": ["H100 SXM5 80GB"], "nodes": ["DGX H100"],
             "fabrics": ["NDR InfiniBand fat tree", "RoCEv2 400 GbE (Llama 3 style)"],
             "num_gpus": "256, 512, 1024, 2048, 4096, 8192", "precisions": ["bf16", "fp8"], "global_batch": "1024",
@@ -26,6 +28,18 @@ FIELD_OF = (("cluster.num_gpus", "num_gpus"), ("cluster.gpu", "gpus"), ("cluster
             ("cluster.fabric", "fabrics"), ("training.precision", "precisions"), ("training.framework", "stacks"),
             ("training.global_batch", "global_batch"), ("training.tokens", "tokens"), ("goal.tokens", "tokens"),
             ("goal.deadline_days", "deadline_days"), ("goal.budget", "budget"), ("model", "model"))
+
+
+def sweep_initial(catalog: Catalog) -> dict[str, Any]:
+    """DEFAULTS, with each catalog choice that an admin renamed or deleted replaced by the first row by name (as
+    the plan form starts), so that an untouched form is still a complete sweep."""
+    initial = dict(DEFAULTS)
+    for name, section in (("model", "model"), ("gpus", "gpu"), ("nodes", "node"), ("fabrics", "fabric")):
+        rows = catalog.get(section, {})
+        wanted = [initial[name]] if isinstance(initial[name], str) else initial[name]
+        kept = [n for n in wanted if n in rows] or [n for n in (catalog_choice(rows, wanted[0]),) if n]
+        initial[name] = kept[0] if isinstance(initial[name], str) and kept else kept
+    return initial
 
 
 class SweepForm(forms.Form):
@@ -102,7 +116,7 @@ class SweepForm(forms.Form):
 def _whole(item: str) -> Any:
     """A GPU count as typed: 1e3 and 256.0 are the whole numbers 1000 and 256; anything else stays text, and the
     engine words what is wrong with it (a fraction, a word, a number beyond its bound)."""
-    if item.isdigit():
+    if item.isascii() and item.isdigit():  # "²" is a digit to isdigit, not to int
         return int(item)
     try:
         number = float(item)

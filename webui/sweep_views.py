@@ -14,14 +14,14 @@ from planner import SpecError, jsonio
 
 from . import compare, services, sweep_charts, sweeps
 from .models import Sweep
-from .sweep_form import DEFAULTS, SweepForm
+from .sweep_form import SweepForm, sweep_initial
 from .views import _errors, _top, api_methods
 
 
 @require_http_methods(["GET", "POST"])
 def sweep_new(request: HttpRequest) -> HttpResponse:
     catalog = services.catalog_as_dict()
-    form = SweepForm(request.POST or None, catalog=catalog, initial=DEFAULTS)
+    form = SweepForm(request.POST or None, catalog=catalog, initial=sweep_initial(catalog))
     if request.method == "POST" and form.is_valid():
         try:
             return redirect(sweeps.sweep_create(data=form.payload))

@@ -167,7 +167,7 @@ def _top(request: HttpRequest) -> int:
 def _rank(request: HttpRequest) -> int:
     """The `rank` query parameter (which ranked layout's launch configurations to show); 1 when absent."""
     text = request.GET.get("rank", "1")
-    if not text.strip().isdigit() or len(text) > 6:
+    if not (text.strip().isascii() and text.strip().isdigit()) or len(text) > 6:  # "²" is a digit to isdigit
         raise SpecError.one("rank", f"must be a whole number from 1 (the best layout), not {text[:20]!r}")
     return int(text)
 

@@ -71,7 +71,8 @@ small_models = st.fixed_dictionaries({
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(model=small_models, gpus=st.sampled_from([1, 2, 4, 8, 16, 64]), batch=st.integers(1, 64),
-       node=st.sampled_from(["DGX H100", "GB200 NVL72 compute tray", "DGX-2 (V100)"]),
+       node=st.sampled_from(["DGX H100", "GB200 NVL72 compute tray", "DGX-2 (V100)",
+                             "H200 NVL server (4-GPU NVLink bridges)", "8x GPU PCIe 5.0 server (no NVLink)"]),
        fabric=st.sampled_from(["NDR InfiniBand fat tree", "NDR InfiniBand rail-optimized (DGX SuperPOD)",
                                "Dragonfly 400 Gb/s (Slingshot-style)", "3D torus 400 Gb/s",
                                "RoCEv2 400 GbE (Llama 3 style)"]))

@@ -208,6 +208,20 @@ def test_torus_rings_along_a_dimension_share_each_link_once_per_gpu():
     assert strided.hops > aligned.hops
 
 
+def test_a_torus_group_between_the_nvlink_domains_of_one_node_is_limited_by_their_nics():
+    # Two 4-GPU NVLink domains in one 8-GPU H200 NVL server: a DP group over both crosses no torus link (its
+    # traffic turns in the node's own router), so each domain's NICs bound it. It was a division by zero.
+    cluster = make_cluster(512, node="H200 NVL server (4-GPU NVLink bridges)", fabric="3D torus 400 Gb/s",
+                           gpu="H200 NVL")
+    dp = place(cluster, 4, 1, 2, 64, 1, "tp-cp-dp-pp").groups["dp"]
+    assert (dp.domains, dp.nodes, dp.links) == (2, 1, ("nic",))
+    # 4 NICs of 400 Gb/s for 8 GPUs: 25 GB/s a GPU; a domain's 4 GPUs hold 4 groups, one member each.
+    assert dp.egress_gbytes_per_s == {"nic": pytest.approx(25.0)}
+    assert dp.scaleout_busbw_gbytes_per_s == pytest.approx(0.95 * 25.0)
+    across = place(cluster, 4, 1, 4, 32, 1, "tp-cp-dp-pp").groups["dp"]   # two nodes: torus links as before
+    assert "torus" in across.links
+
+
 def test_dragonfly_groups_cross_global_links():
     cluster = make_cluster(16384, fabric="Dragonfly 400 Gb/s (Slingshot-style)")
     dp = place(cluster, 8, 1, 128, 16, 1, "tp-cp-pp-dp").groups["dp"]

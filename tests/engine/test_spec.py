@@ -115,6 +115,9 @@ def test_part_of_one_node_is_allowed(gpt3_doc):
     ("model", "name", {}, "must be a string, not an object"),
     ("model", "name", "model \u202e evil", "must not contain bidirectional control characters"),
     ("model", "name", "a\u2066b", "must not contain bidirectional control characters"),
+    # JSON's \\u escapes can spell a lone UTF-16 surrogate, which no UTF-8 page or database can hold.
+    ("model", "name", "\ud800", "must be valid Unicode text (it holds a lone UTF-16 surrogate"),
+    ("model", "name", "GPT \udfff", "must be valid Unicode text"),
 ])
 def test_field_errors_name_the_field(gpt3_doc, section, key, value, expected):
     gpt3_doc[section][key] = value
@@ -125,6 +128,31 @@ def test_field_errors_name_the_field(gpt3_doc, section, key, value, expected):
 def test_missing_sections_are_required():
     errs = errors_of({"training": {"global_batch": 8}})
     assert errs["model"] == ["is required"] and errs["cluster"] == ["is required"]
+
+
+@pytest.mark.parametrize("field", ["gpu", "node", "fabric"])
+def test_a_catalog_name_that_is_not_text_is_refused_before_any_lookup(gpt3_doc, field):
+    class Refusing(dict):  # a database cannot be queried for a lone surrogate: the lookup must not happen
+        def get(self, name, default=None):
+            raise AssertionError(f"looked up {name!r}")
+        __contains__ = get
+    gpt3_doc["cluster"][field] = "H100\ud800"
+    assert errors_of(gpt3_doc, {"gpu": Refusing(), "node": Refusing(), "fabric": Refusing()}) == {
+        f"cluster.{field}": ["must be valid Unicode text (it holds a lone UTF-16 surrogate, such as \\ud800)"]}
+    gpt3_doc["cluster"][field] = {"name": "H100\udfff"}  # an inline entry's name: refused with its other fields
+    errs = errors_of(gpt3_doc, {"gpu": Refusing(), "node": Refusing(), "fabric": Refusing()})
+    assert errs[f"cluster.{field}.name"] == ["must be valid Unicode text (it holds a lone UTF-16 surrogate, such as "
+                                             "\\ud800)"]
+
+
+def test_a_node_of_several_nvlink_domains_needs_a_nic_to_join_them(gpt3_doc):
+    # The model has no PCIe path between domains: GPUs of one node in two domains meet through its NICs.
+    gpt3_doc["cluster"].update(num_gpus=8, node={"name": "two domains, no NICs", "gpus": 8, "nvlink_domain_gpus": 4,
+                                                  "nvlink_gbytes_per_s": 900, "nics": 0, "nic_gbits_per_s": 400})
+    assert errors_of(gpt3_doc)["cluster.node.nics"] == [
+        "must be at least 1 when a node holds more than one NVLink domain (node.gpus 8, nvlink_domain_gpus 4)"]
+    gpt3_doc["cluster"]["num_gpus"] = 4  # half the node: one domain, nothing to join
+    assert parse_spec(gpt3_doc).cluster.node.nics == 0
 
 
 def test_absurd_sizes_are_bounded(gpt3_doc):

@@ -162,6 +162,31 @@ def test_a_nul_character_is_refused_not_a_database_error(client, seeded, small_s
     assert response.json()["errors"] == {"model.name": ["must not contain control characters"]}
 
 
+SURROGATE = "must be valid Unicode text (it holds a lone UTF-16 surrogate, such as \\ud800)"
+
+
+def test_a_lone_surrogate_in_a_name_is_refused_and_no_plan_is_saved(client, seeded, small_spec):
+    # json.dumps writes it as the escape "\ud800", which JSON allows and no UTF-8 page can show: saved, it made
+    # the plan's page, the admin list and compare answer 500 for good.
+    small_spec["model"]["name"] = "\ud800"
+    response = post(client, small_spec)
+    assert response.status_code == 400
+    assert response.json()["errors"] == {"model.name": [SURROGATE]}
+    assert not Plan.objects.exists()
+
+
+@pytest.mark.parametrize("path", ["model", "cluster.gpu", "cluster.node", "cluster.fabric"])
+def test_a_lone_surrogate_in_a_catalog_name_is_refused_not_a_database_error(client, seeded, small_spec, path):
+    section, _, key = path.partition(".")
+    if key:
+        small_spec[section][key] = "H100\udfff"
+    else:
+        small_spec[section] = "Llama\ud800"
+    response = post(client, small_spec)
+    assert response.status_code == 400
+    assert response.json()["errors"] == {path: [SURROGATE]}
+
+
 @pytest.mark.parametrize("field", ["gpu", "node", "fabric"])
 def test_a_nul_character_in_a_catalog_name_is_refused_not_a_database_error(client, seeded, small_spec, field):
     # The catalog row is looked up by name before the spec's text rules run: PostgreSQL refuses NUL in a query.
@@ -193,7 +218,8 @@ def test_a_done_plan_answers_with_the_launch_configs_of_its_best_layout(client, 
 
 
 @pytest.mark.parametrize("rank,message", [("0", "must be between 1 and 3"), ("4", "must be between 1 and 3"),
-                                          ("two", "must be a whole number"), ("-1", "must be a whole number")])
+                                          ("two", "must be a whole number"), ("-1", "must be a whole number"),
+                                          ("%C2%B2", "must be a whole number")])  # "²": a digit to str.isdigit
 def test_a_bad_launch_rank_is_a_400_naming_rank(client, seeded, small_spec, rank, message):
     plan = _done_plan(small_spec)
     response = client.get(f"/api/plans/{plan.code}?rank={rank}")

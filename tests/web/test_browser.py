@@ -59,7 +59,7 @@ def test_a_new_user_plans_a_job_and_shares_the_link(web, worker, seeded, browser
     # Custom hardware fields appear only for "custom".
     assert not page.is_visible("input[name=fabric__latency_us]")
     page.select_option("select[name=fabric]", "custom")
-    assert page.input_value("input[name=fabric__latency_us]") == "1.0"
+    assert float(page.input_value("input[name=fabric__latency_us]")) == 1.0  # the catalog row's figure
     page.select_option("select[name=fabric]", "NDR InfiniBand rail-optimized (DGX SuperPOD)")
     # The GPU's constants start at the catalog row's values, ready to edit for a custom GPU.
     page.select_option("select[name=gpu]", "custom")
@@ -127,6 +127,28 @@ def test_bad_input_in_the_browser_is_shown_next_to_the_field(web, seeded, browse
     error = page.locator("[data-field=num_gpus] .error")
     assert "must be a positive multiple of node.gpus (8)" in error.inner_text()
     assert page.input_value("input[name=num_gpus]") == "100"  # what was typed is kept
+
+
+def test_custom_hardware_starts_from_the_chosen_row_after_an_error_and_after_back(web, seeded, browser):
+    b200 = load_catalog()["gpu"]["B200"]
+    page = browser.new_page()
+    page.goto(web.url + "/")
+    page.select_option("select[name=gpu]", "B200")
+    page.fill("input[name=num_gpus]", "7")
+    page.click("#submit-plan")  # a message beside num_gpus; the hidden GPU fields were never posted
+    assert "must be a positive multiple" in page.locator("[data-field=num_gpus] .error").inner_text()
+    page.select_option("select[name=gpu]", "custom")
+    assert float(page.input_value("input[name=gpu__peak_tflops]")) == b200["peak_tflops"]  # was empty
+    assert float(page.input_value("input[name=gpu__memory_gib]")) == b200["memory_gib"]
+    # Back to the form after a plan: the dropdown the browser restores and the fields below it agree.
+    page.goto(web.url + "/")
+    page.select_option("select[name=gpu]", "B200")
+    page.click("#submit-plan")
+    page.wait_for_url("**/plans/**")
+    page.go_back()
+    assert page.input_value("select[name=gpu]") == "B200"  # restored by the browser: the fields must follow it
+    page.select_option("select[name=gpu]", "custom")
+    assert float(page.input_value("input[name=gpu__peak_tflops]")) == b200["peak_tflops"]  # was H100's 989
 
 
 def test_every_help_text_on_the_form_stays_inside_its_field(web, seeded, browser):

@@ -94,6 +94,15 @@ def test_import_updates_by_name_and_reports_unchanged(seeded):
     ({"not": "a list"}, "JSON list"),
     ([42], "row 1 (?): must be an object"),
     ([{"model": "webui.teapot", "fields": {"name": "x"}}], "unknown model 'webui.teapot'"),
+    ([{"model": "webui.gputype", "pk": 1, "fields": "x"}], "row 1 (?): must be an object"),  # was a 500
+    # A name no query can hold, refused before the lookup (PostgreSQL refuses NUL; UTF-8, a lone surrogate).
+    ([{"model": "webui.gputype", "fields": {"name": "G\ud800", "peak_tflops": 100, "memory_gib": 80,
+                                             "memory_gbytes_per_s": 100}}], "name: must be valid Unicode text"),
+    ([{"model": "webui.gputype", "fields": {"name": "G\u0000", "peak_tflops": 100, "memory_gib": 80,
+                                             "memory_gbytes_per_s": 100}}], "name: must not contain control"),
+    ([{"model": "webui.nodetype", "fields": {"name": "x", "gpus": 8, "nvlink_gbytes_per_s": 900, "nics": 8,
+                                              "nic_gbits_per_s": 400, "source": "a\udc00b"}}],
+     "source: must be valid Unicode text (it holds a lone surrogate)"),
     ([{"model": "webui.gputype", "fields": {"name": "x", "colour": "red"}}], "unknown field(s) colour"),
     ([{"model": "webui.nodetype", "fields": {"name": "x", "gpus": 8, "nvlink_gbytes_per_s": 900, "nics": 8,
                                               "nic_gbits_per_s": 400, "source": "a\u0000b"}}],

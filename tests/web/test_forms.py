@@ -251,3 +251,28 @@ def test_a_preset_with_the_forms_defaults_is_the_same_request_as_through_the_api
     assert response.status_code == 201, response.json()
     from_api = Plan.objects.get(code=response.json()["code"])
     assert from_api.spec == from_form.spec and from_api.spec_hash == from_form.spec_hash  # the same plan
+
+
+def test_a_message_inside_the_folded_moe_section_opens_it(client, catalog):
+    # The banner says the messages are next to their fields; one inside a closed <details> could not be seen.
+    page = client.get("/").content.decode()
+    assert '<details class="more"><summary>Mixture of experts' in page  # folded while nothing is wrong
+    data = untouched_form(client) | {"model_preset": CUSTOM, "model__experts": "8", "model__top_k": "9"}
+    page = client.post("/", data).content.decode()
+    assert '<details class="more" open><summary>Mixture of experts' in page
+    assert "must be at most" in page.split('<details class="more" open>')[1].split("</details>")[0]
+    assert not Plan.objects.exists()
+
+
+def test_an_untouched_form_still_plans_when_the_admin_renamed_its_example_rows(client, catalog):
+    # The form starts on the example's rows; renamed away, it once started on "custom" with empty fields and an
+    # untouched submit answered "model__layers: is required".
+    from webui.models import ModelPreset, NodeType
+
+    ModelPreset.objects.filter(name="Llama 3 70B").update(name="Llama 3 70B (ours)")
+    NodeType.objects.filter(name="DGX H100").update(name="DGX H100 (ours)")
+    data = untouched_form(client)
+    first_preset = min(services.catalog_as_dict()["model"])
+    assert (data["model_preset"], data["node"]) == (first_preset, "8x GPU PCIe 5.0 server (no NVLink)")  # by name
+    assert client.post("/", data).status_code == 302
+    assert Plan.objects.get().spec["model"]["name"] == first_preset

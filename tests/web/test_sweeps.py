@@ -188,6 +188,9 @@ def test_the_sweep_form_makes_a_sweep_and_puts_errors_beside_their_fields(client
     # GPU counts written as 1e3 or 256.0 are whole numbers.
     client.post("/sweeps/new/", {**fields, "num_gpus": "2.56e2, 512.0"})
     assert Sweep.objects.latest("created_at").vary["cluster.num_gpus"] == [256, 512]
+    # "²" is a digit to str.isdigit, not to int: a message, not a 500.
+    response = client.post("/sweeps/new/", {**fields, "num_gpus": "64, \u00b2"})
+    assert response.status_code == 200 and "must be a number" in response.context["form"].errors["num_gpus"][0]
     assert client.get("/sweeps/new/").status_code == 200
     assert 'href="/sweeps/new/"' in client.get("/").content.decode()
 
@@ -313,3 +316,22 @@ def test_the_sweep_api_wants_json_and_answers_404_for_an_unknown_sweep(client, s
     assert client.get(f"/sweeps/{unknown}/").status_code == 404
     assert client.get(f"/sweeps/{unknown}/csv").status_code == 404
     assert client.get("/api/sweeps").status_code == 405
+
+
+def test_a_lone_surrogate_on_a_catalog_axis_is_a_400_naming_the_axis(client, seeded):
+    response = post(client, {"base": BASE, "vary": {"cluster.gpu": ["H100 SXM5 80GB", "\ud800"]}})
+    assert response.status_code == 400, response.content
+    assert any("must be valid Unicode text" in m for ms in response.json()["errors"].values() for m in ms)
+    assert not Sweep.objects.exists()
+
+
+def test_the_sweep_form_starts_on_existing_rows_when_the_admin_renamed_its_defaults(seeded):
+    from webui.models import ModelPreset, NodeType
+    from webui.sweep_form import DEFAULTS, sweep_initial
+
+    ModelPreset.objects.filter(name="Llama 3 70B").update(name="Llama 3 70B (ours)")
+    NodeType.objects.filter(name="DGX H100").update(name="DGX H100 (ours)")
+    initial = sweep_initial(services.catalog_as_dict())
+    assert initial["model"] == min(services.catalog_as_dict()["model"]) and initial["model"] != DEFAULTS["model"]
+    assert initial["nodes"] == ["8x GPU PCIe 5.0 server (no NVLink)"]  # the first node by name
+    assert initial["gpus"] == DEFAULTS["gpus"] and initial["fabrics"] == DEFAULTS["fabrics"]  # still there

@@ -54,7 +54,17 @@
         showCustom();
       });
     });
-    showCustom();
+    // The fields below a catalog choice hold that row's values, so that "custom" starts from them: after a
+    // validation error the hidden (disabled, so never posted) fields come back empty, and after Back the browser
+    // restores the dropdown (once this script has run: hence pageshow) but not the hidden fields it filled.
+    // Editing a field switches to "custom", so a catalog choice never stands beside edited fields.
+    function follow() {
+      var chosen = catalog[section][select.value];
+      if (chosen) fill(prefix, chosen);
+      showCustom();
+    }
+    follow();
+    window.addEventListener("pageshow", follow);
   });
 
   // The training stack fills the options it sets (and puts the others back to the engine's defaults), as the
