@@ -580,6 +580,13 @@ def _quantity(bound: float, unit: str) -> str:
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
+def modified_name(name: str) -> str:
+    """The name of a catalog row whose values a request changed (a form's edit, a sweep's axis): a plan must not
+    name hardware or a model it does not describe. Within the 200 characters a name may have."""
+    suffix = " (modified)"
+    return name[:200 - len(suffix)] + suffix
+
+
 def text_problem(value: str) -> str | None:
     """Why a text value cannot be a name, or None. JSON's \\u escapes can spell a lone UTF-16 surrogate
     ("\\ud800"), which no UTF-8 page, database query or file can hold; control characters break pages and logs
@@ -594,8 +601,10 @@ def text_problem(value: str) -> str | None:
 
 
 def fmt_number(x: float) -> str:
-    """A bound or a value as the user would write it: 1048576, 0.5, 1e+30 (never rounded to 1.04858e+06)."""
-    return f"{x:.15g}"
+    """A bound or a value as the user would write it: 1048576, 0.5, 1e+30 (never rounded to 1.04858e+06), and
+    exactly: 512.0000000000001 is not "512" (the shortest text that reads back as the same float)."""
+    text = repr(float(x))
+    return text[:-2] if text.endswith(".0") else text
 
 
 def as_number(value: Any) -> float | None:
@@ -632,7 +641,7 @@ def _describe(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else "Infinity"
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
     return JSON_KINDS.get(type(value), type(value).__name__)
 
 
@@ -653,6 +662,8 @@ def _section(data: Any, path: str, spec_fields: tuple[Field, ...], errs: _Collec
         raw = data.get(f.name)
         if raw == "" and f.kind is not str:
             raw = None  # an empty form field means "not given"
+        if f.name == "name" and isinstance(raw, str) and not raw.strip():
+            raw = None  # a blank name is no name: the section's default ("custom model"), not an empty heading
         value = _coerce(f, raw, f"{path}.{f.name}", errs)
         out[f.name] = f.default if value is None and f.default is not REQUIRED else value
     return out
@@ -718,7 +729,7 @@ def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = 
     cat = catalog or {}
     model = _model(data.get("model"), cat.get("model"), errs)
     training = _section(with_stack(_upgrade_training(data.get("training"))), "training", TRAINING_FIELDS, errs)
-    layout = _section(data.get("layout") or {}, "layout", LAYOUT_FIELDS, errs)
+    layout = _section({} if data.get("layout") is None else data["layout"], "layout", LAYOUT_FIELDS, errs)
     cluster_data = data.get("cluster")
     gpu = node = fabric = None
     num_gpus = None
@@ -779,7 +790,7 @@ def _check_model(m: dict[str, Any], errs: _Collector) -> None:
         errs.add("model.router_groups", f"must divide model.experts ({m['experts']})")
     elif picked > groups:
         errs.add("model.router_group_top_k", f"must be at most model.router_groups ({groups})")
-    elif m["top_k"] > (choosable := picked * (m["experts"] // groups)):
+    elif m["experts"] >= m["top_k"] > (choosable := picked * (m["experts"] // groups)):  # else top_k's own message
         errs.add("model.router_group_top_k",
                  f"leaves {choosable} experts to choose from, fewer than model.top_k ({m['top_k']})")
     if m["experts"] == 1 and (m["shared_experts"] or m["dense_layers"]):

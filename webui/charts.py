@@ -246,8 +246,12 @@ def candidates_scatter(result: dict[str, Any]) -> Figure | None:
                          "y": [mem], "text": [best.get("label", "")], "marker": {"symbol": "star", "size": 16,
                                                                                 "color": "#f58518"},
                          "hovertemplate": "best: %{text}<extra></extra>"})
+    feasible = result.get("feasible")
+    # The answer carries the front and an even sample of the rest (report.chart_candidates): say which.
+    shown = (f"the Pareto front and a sample, {len(points):,} of {feasible:,} feasible layouts"
+             if isinstance(feasible, int) and feasible > len(points) else f"{len(points):,} feasible layouts")
     return {"data": data, "layout": _layout(
-        f"Candidates: step time against memory ({len(points)} feasible layouts)", height=460,
+        f"Candidates: step time against memory ({shown})", height=460,
         xaxis=log_axis("seconds per step", [c["step_time_s"] for c in points]),
         yaxis={"title": {"text": "GiB per GPU"}})}
 

@@ -16,12 +16,11 @@ from django import forms
 
 from planner import PlanSpec, SpecError, stacks
 from planner.catalog import Catalog
-from planner.spec import MAX_GPUS, REQUIRED, SECTIONS, Field, as_number, fmt_number
+from planner.spec import MAX_GPUS, REQUIRED, SECTIONS, Field, as_number, fmt_number, modified_name
 
 from . import options, services
 
 CUSTOM = "custom"
-MODIFIED = " (modified)"  # appended to a catalog name whose values the form changed
 HARDWARE = ("gpu", "node", "fabric")
 # spec section -> form prefix
 PREFIX = {"model": "model", "training": "training", "cluster.gpu": "gpu", "cluster.node": "node",
@@ -278,7 +277,7 @@ class PlanForm(forms.Form):
             values = {k: row.get(k) if v is None else v for k, v in values.items()}
         if all(_same(values.get(k), v) for k, v in row.items() if k in values):
             return values
-        return values | {"name": name[:200 - len(MODIFIED)] + MODIFIED}
+        return values | {"name": modified_name(name)}
 
     def _section_values(self, prefix: str) -> dict[str, Any]:
         return {f.name: self._value(f"{prefix}__{f.name}") for f in SECTIONS[SECTION_OF[prefix]]}

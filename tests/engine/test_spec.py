@@ -103,6 +103,8 @@ def test_part_of_one_node_is_allowed(gpt3_doc):
     ("training", "global_batch", -1, "must be at least 1"),
     ("training", "global_batch", float("nan"), "must be a number, not NaN"),
     ("training", "global_batch", float("inf"), "must be a number, not Infinity"),
+    ("training", "global_batch", float("-inf"), "must be a number, not -Infinity"),
+    ("cluster", "num_gpus", 512.0000000000001, "must be a whole number (got 512.0000000000001)"),  # not "(got 512)"
     # JSON integers may have any number of digits: bounded, not an overflow.
     ("training", "global_batch", 10**400, "must be at most 16777216"),
     ("training", "global_batch", -(10**400), "must be at least 1"),
@@ -123,6 +125,22 @@ def test_field_errors_name_the_field(gpt3_doc, section, key, value, expected):
     gpt3_doc[section][key] = value
     errs = errors_of(gpt3_doc)
     assert expected in errs[f"{section}.{key}"][0]
+
+
+@pytest.mark.parametrize("layout", [[], 0, False, "", [1], "x"])
+def test_a_layout_that_is_not_an_object_is_named_even_when_falsy(gpt3_doc, layout):
+    gpt3_doc["layout"] = layout  # [] and 0 were read as no layout at all
+    assert "must be an object" in errors_of(gpt3_doc)["layout"][0]
+
+
+def test_a_blank_name_is_the_sections_default(gpt3_doc):
+    gpt3_doc["model"]["name"] = "   "  # an empty page heading otherwise
+    assert parse_spec(gpt3_doc).model.name == "custom model"
+
+
+def test_too_many_experts_per_token_is_said_once_on_top_k(gpt3_doc):
+    gpt3_doc["model"].update(experts=8, top_k=9)  # not again on router_group_top_k, which nobody set
+    assert errors_of(gpt3_doc) == {"model.top_k": ["must be at most model.experts (8)"]}
 
 
 def test_missing_sections_are_required():

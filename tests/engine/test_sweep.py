@@ -39,7 +39,19 @@ def test_a_field_under_a_named_row_overrides_only_that_field(catalog):
 def test_a_model_axis_takes_presets_and_model_fields_override_them(catalog):
     scenarios = expand(BASE, {"model": ["Llama 3 8B", "Llama 3 70B"], "model.seq_len": [4096]}, catalog)
     assert [(s.spec.model.name, s.spec.model.layers, s.spec.model.seq_len) for s in scenarios] == [
-        ("Llama 3 8B", 32, 4096), ("Llama 3 70B", 80, 4096)]
+        ("Llama 3 8B (modified)", 32, 4096), ("Llama 3 70B (modified)", 80, 4096)]  # the presets' are 8,192
+
+
+def test_a_row_an_axis_changes_is_named_modified_and_one_it_leaves_keeps_its_name(catalog):
+    # As the plan form names a row a person edited: a scenario must not name a model or GPU it does not describe.
+    scenarios = expand(BASE, {"model.layers": [40, 80], "cluster.gpu.memory_gib": [40, 80]}, catalog)
+    assert [(s.spec.model.name, s.spec.cluster.gpu.name) for s in scenarios] == [
+        ("Llama 3 70B (modified)", "H100 SXM5 80GB (modified)"), ("Llama 3 70B (modified)", "H100 SXM5 80GB"),
+        ("Llama 3 70B", "H100 SXM5 80GB (modified)"), ("Llama 3 70B", "H100 SXM5 80GB")]
+    modified = scenarios[0].spec.cluster.gpu  # the row's other fields, copied in, not lost with its name
+    assert (modified.memory_gib, modified.peak_tflops, modified.sm_count) == (
+        40, catalog["gpu"]["H100 SXM5 80GB"]["peak_tflops"], catalog["gpu"]["H100 SXM5 80GB"]["sm_count"])
+    assert scenarios[-1].spec == expand(BASE, {"cluster.num_gpus": [256]}, catalog)[0].spec  # the same request
 
 
 def test_a_scenario_the_engine_refuses_is_named_under_its_axis(catalog):
@@ -95,7 +107,7 @@ def test_one_axis_past_the_bound_is_counted_plainly(catalog):
 def test_a_field_axis_overrides_that_field_of_each_named_row_and_a_missing_vary_is_refused(catalog):
     scenarios = expand(BASE, {"cluster.gpu": ["B200", "H100 SXM5 80GB"], "cluster.gpu.memory_gib": [80]}, catalog)
     assert [(s.spec.cluster.gpu.name, s.spec.cluster.gpu.memory_gib) for s in scenarios] == [
-        ("B200", 80), ("H100 SXM5 80GB", 80)]
+        ("B200 (modified)", 80), ("H100 SXM5 80GB", 80)]  # a B200 with 80 GiB is not the catalog's B200
     assert scenarios[0].spec.cluster.gpu.peak_tflops == catalog["gpu"]["B200"]["peak_tflops"]
     assert "vary" in errors_of(BASE, {}, catalog)
     assert "vary" in errors_of(BASE, [1, 2], catalog)
@@ -107,7 +119,8 @@ def test_every_engine_field_is_a_path_and_the_base_is_not_changed(catalog):
             "cluster.fabric.latency_us"} <= set(paths)
     base = {**BASE, "cluster": dict(BASE["cluster"])}
     doc = scenario_doc(base, {"cluster.gpu.memory_gib": 96}, catalog)
-    assert doc["cluster"]["gpu"] == {"name": "H100 SXM5 80GB", "memory_gib": 96}
+    assert doc["cluster"]["gpu"] == {**catalog["gpu"]["H100 SXM5 80GB"], "memory_gib": 96,
+                                     "name": "H100 SXM5 80GB (modified)"}  # the row, changed, named so
     assert base["cluster"]["gpu"] == "H100 SXM5 80GB"
     assert scenario_label({"cluster.num_gpus": 100, "training.precision": "fp8"}) == (
         "{cluster.num_gpus: 100, training.precision: fp8}")

@@ -117,6 +117,10 @@ def test_the_candidates_chart_joins_the_pareto_front_and_stars_the_best():
     assert names["best plan"] == ([2.0], [57])
     # The log axis is labelled in whole steps across the data (2 to 3.5 s), not Plotly's "2, 5" digits.
     assert fig["layout"]["xaxis"]["ticktext"] == ["2", "3"]
+    assert fig["layout"]["title"]["text"].endswith("(3 feasible layouts)")
+    # The answer carries the front and a sample of a larger search: the title says so, not "3 feasible".
+    sampled = charts.candidates_scatter({**ANSWER, "feasible": 15925})
+    assert sampled["layout"]["title"]["text"].endswith("(the Pareto front and a sample, 3 of 15,925 feasible layouts)")
 
 
 def test_log_axes_are_labelled_at_1_2_5_steps_or_at_the_values_given():

@@ -56,8 +56,13 @@ def test_a_planner_sweeps_scenarios_and_compares_two(web, worker, seeded, browse
     # Back to the sweep: tick two scenarios and compare them.
     page.goto(sweep_url)
     boxes = page.locator("#scenarios input[name=plans]")
-    boxes.nth(0).check()
-    boxes.nth(1).check()
+    assert page.is_disabled("#compare-selected")  # compare takes 2 to 4 plans
+    for i in range(4):
+        boxes.nth(i).check()
+    assert page.is_disabled("#scenarios tbody tr:nth-child(5) input[name=plans]")  # a fifth would be a 400 page
+    boxes.nth(3).uncheck()
+    boxes.nth(2).uncheck()
+    assert page.is_enabled("#scenarios tbody tr:nth-child(5) input[name=plans]")
     page.click("#compare-selected")
     page.wait_for_selector("table#compare")
     assert page.locator("#compare thead th").count() == 3

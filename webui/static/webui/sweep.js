@@ -71,5 +71,23 @@
     setTimeout(poll, delay);
   }
 
+  // Compare takes 2 to 4 plans (compare.MIN_PLANS, MAX_PLANS): a fifth box cannot be ticked, and the button waits
+  // for the second. Without this script the server says the same on its own page.
+  function limitCompare() {
+    var form = document.getElementById("compare-form");
+    if (!form) return;
+    var boxes = Array.prototype.slice.call(form.querySelectorAll("input[name=plans]"));
+    var button = document.getElementById("compare-selected");
+    function update() {
+      var ticked = boxes.filter(function (b) { return b.checked; }).length;
+      boxes.forEach(function (b) { b.disabled = !b.checked && ticked >= 4; });
+      if (button) button.disabled = ticked < 2;
+    }
+    boxes.forEach(function (b) { b.addEventListener("change", update); });
+    window.addEventListener("pageshow", update);
+    update();
+  }
+
+  limitCompare();
   watchProgress();
 })();
