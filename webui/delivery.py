@@ -38,7 +38,7 @@ import planner
 from planner import PlanSpec
 
 from .celery import app
-from .models import Plan
+from .models import Plan, SweepScenario
 
 logger = logging.getLogger(__name__)
 
@@ -81,12 +81,29 @@ def plan_send(*, plan: Plan) -> bool:
     and its page says it is waiting. No exception escapes: the plan is saved either way."""
     try:
         app.send_task(PLAN_RUN_TASK, args=(plan.pk,), soft_time_limit=plan.time_limit_s,
-                      time_limit=plan_hard_limit(plan=plan))
+                      time_limit=plan_hard_limit(plan=plan), queue=plan_queue(plan=plan))
     except Exception as err:  # kombu's OperationalError, a socket error, a timeout: the broker is not there
         logger.warning("plan %s: the broker refused the task (%s); it stays in the outbox", plan.pk, err)
         Plan.objects.filter(pk=plan.pk, dispatched_at=plan.dispatched_at).update(dispatched_at=None)
         return False
     return True
+
+
+def plan_queue(*, plan: Plan) -> str:
+    """The broker queue of a plan's task: a sweep's scenarios wait in their own, which workers take from in turn
+    with the queue of plans asked for one by one (settings.CELERY_TASK_QUEUES)."""
+    # A scenario's row is committed with its plan, before the task is sent (sweeps.sweep_create).
+    is_scenario = SweepScenario.objects.filter(plan_id=plan.pk).exists()
+    return settings.SWEEP_QUEUE if is_scenario else settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+def plan_queue_position(*, plan: Plan) -> int:
+    """How many queued plans of the same broker queue were asked for before this one."""
+    earlier = Plan.objects.filter(status=Plan.Status.QUEUED, created_at__lt=plan.created_at)
+    scenarios = SweepScenario.objects.values("plan_id")
+    if plan_queue(plan=plan) == settings.SWEEP_QUEUE:
+        return earlier.filter(pk__in=scenarios).count()
+    return earlier.exclude(pk__in=scenarios).count()
 
 
 def lease_holder(*, hostname: str, pid: int | None, task_id: str) -> str:

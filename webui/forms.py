@@ -156,6 +156,10 @@ class PlanForm(forms.Form):
             required=False, widget=forms.HiddenInput,  # any value that names no stack is ignored, never an error
             initial=self.initial.get("training__framework") or stacks.GENERIC,
             help_text="The training stack whose settings the option fields show.")
+        # The plan whose copy the page edits ("edit a copy"), if any: a custom section still holding that plan's
+        # own values keeps its name (_custom_values), so submitting a copy unchanged asks for the same plan.
+        self.fields["copy_of"] = forms.CharField(required=False, widget=forms.HiddenInput, max_length=40,
+                                                 help_text="The plan this page edits a copy of.")
         self.fields["num_gpus"] = forms.CharField(
             label="GPUs", max_length=40, required=False, help_text="GPUs in the job: a multiple of GPUs per node.",
             widget=forms.NumberInput(attrs={"min": 1, "max": MAX_GPUS, "step": 1}))
@@ -273,11 +277,23 @@ class PlanForm(forms.Form):
         row = self.catalog[prefix].get(name) if isinstance(name, str) else None
         if row is None:
             return values
+        copied = self._copied_section(prefix)
+        if copied and copied.get("name") == name and all(_same(values.get(k), v) for k, v in copied.items()
+                                                         if k in values):
+            return values  # the copied plan's own section, as it was saved: its name is the plan's, kept
         if inherits:
             values = {k: row.get(k) if v is None else v for k, v in values.items()}
         if all(_same(values.get(k), v) for k, v in row.items() if k in values):
             return values
         return values | {"name": modified_name(name)}
+
+    def _copied_section(self, prefix: str) -> dict[str, Any] | None:
+        """The section `prefix` of the plan this page edits a copy of, as saved; None without one."""
+        spec = services.plan_spec(code=self.cleaned_data.get("copy_of"))
+        if spec is None:
+            return None
+        section = spec.get("model") if prefix == "model" else (spec.get("cluster") or {}).get(prefix)
+        return section if isinstance(section, dict) else None
 
     def _section_values(self, prefix: str) -> dict[str, Any]:
         return {f.name: self._value(f"{prefix}__{f.name}") for f in SECTIONS[SECTION_OF[prefix]]}

@@ -12,6 +12,7 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+from kombu import Queue
 
 
 def env_bool(name: str, default: bool = False) -> bool:
@@ -207,6 +208,12 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = False
 # (billiard's default is 10 s). Results live in the Plan row, never in that pipe, so there is nothing to wait for.
 CELERY_WORKER_LOST_WAIT = 1.0
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Two queues, which every worker consumes in turn (Kombu's round-robin over a worker's queues, filesystem and
+# Redis alike): plans asked for one by one, and the scenarios of sweeps (webui/delivery.py `plan_queue`). A
+# 1,024-scenario sweep then holds a plan asked for after it behind one scenario, not behind all of them.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+SWEEP_QUEUE = "sweeps"
+CELERY_TASK_QUEUES = (Queue(CELERY_TASK_DEFAULT_QUEUE), Queue(SWEEP_QUEUE))
 # A search that outlives a lost broker connection still stores its answer; the message comes back and is a no-op.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

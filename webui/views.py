@@ -28,7 +28,8 @@ def plan_new(request: HttpRequest) -> HttpResponse:
             return redirect(plan)
     else:
         source = Plan.objects.filter(code=request.GET["from"]).first() if _is_uuid(request.GET.get("from")) else None
-        form = PlanForm(catalog=catalog, initial=initial_for(catalog, source.spec if source else None))
+        initial = initial_for(catalog, source.spec if source else None)
+        form = PlanForm(catalog=catalog, initial=initial | ({"copy_of": str(source.code)} if source else {}))
     return render(request, "webui/plan_form.html", {"form": form, "catalog": catalog})
 
 

@@ -76,9 +76,18 @@ def test_a_plan_is_sent_with_its_own_soft_and_hard_limits(seeded, small_spec, se
         plan = services.plan_create(spec=services.spec_parse(data=small_spec))
     assert plan.time_limit_s == delivery.plan_time_limit(spec=services.spec_parse(data=small_spec))
     assert sent == [{"plan_id": plan.pk, "task": "webui.plan_run", "soft_time_limit": plan.time_limit_s,
-                     "time_limit": plan.time_limit_s + 10}]
+                     "time_limit": plan.time_limit_s + 10, "queue": "celery"}]
     plan.refresh_from_db()
     assert plan.dispatched_at is not None and not plan.is_waiting_for_broker
+
+
+def test_a_sweeps_scenarios_are_sent_to_the_sweep_queue(seeded, small_spec, sent, django_capture_on_commit_callbacks):
+    from webui import sweeps
+
+    with django_capture_on_commit_callbacks(execute=True):
+        sweep = sweeps.sweep_create(data={"base": small_spec, "vary": {"cluster.num_gpus": [64, 128]}})
+    assert [m["queue"] for m in sent] == ["sweeps", "sweeps"]
+    assert {m["plan_id"] for m in sent} == {s.plan_id for s in sweep.scenarios.all()}
 
 
 def test_a_search_past_its_soft_limit_fails_with_the_limit_named(queued, monkeypatch):

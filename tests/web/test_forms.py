@@ -276,3 +276,24 @@ def test_an_untouched_form_still_plans_when_the_admin_renamed_its_example_rows(c
     assert (data["model_preset"], data["node"]) == (first_preset, "8x GPU PCIe 5.0 server (no NVLink)")  # by name
     assert client.post("/", data).status_code == 302
     assert Plan.objects.get().spec["model"]["name"] == first_preset
+
+
+def test_a_copy_submitted_unchanged_is_the_same_request(client, catalog):
+    # The README's example names its inline model "GPT-3 175B", like the preset, with other values (untied
+    # embeddings): the API keeps the name; "edit a copy" once renamed it "GPT-3 175B (modified)" and searched anew.
+    import json
+
+    from .conftest import ROOT
+
+    doc = json.loads((ROOT / "examples" / "gpt3-175b-a100-1024.json").read_text())
+    response = client.post("/api/plans", doc, content_type="application/json")
+    original = Plan.objects.get(code=response.json()["code"])
+    page = BrowserForm()
+    page.feed(client.get(f"/?from={original.code}").content.decode())
+    assert page.data["copy_of"] == str(original.code) and page.data["model_preset"] == CUSTOM
+    assert client.post("/", page.data).status_code == 302
+    copy = Plan.objects.exclude(pk=original.pk).get()
+    assert copy.spec == original.spec and copy.spec["model"]["name"] == "GPT-3 175B"
+    # Edited, the copy no longer describes what the name says: renamed, as a catalog row edited in the form.
+    assert client.post("/", page.data | {"model__layers": "48"}).status_code == 302
+    assert Plan.objects.latest("created_at").spec["model"]["name"] == "GPT-3 175B (modified)"

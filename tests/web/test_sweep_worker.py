@@ -82,3 +82,26 @@ def test_a_worker_killed_mid_sweep_loses_nothing(seeded, broker_env, spawn):
     assert killed[0].attempts == 2  # the killed search, then exactly one more
     assert Plan.objects.count() == 3 and Sweep.objects.count() == 1
     assert all(p.attempts <= 2 for p in sweep_plans(created["code"]))
+
+
+def test_a_plan_asked_for_after_a_big_sweep_does_not_wait_behind_all_its_scenarios(seeded, broker_env, spawn):
+    # Scenarios wait in a queue of their own, which a worker takes from in turn with the queue of plans asked for
+    # one by one (settings.CELERY_TASK_QUEUES): on one queue, the plan waited behind every scenario (a 1,024-
+    # scenario sweep held one for four minutes).
+    web = spawn(WebServer(broker_env))
+    base = copy.deepcopy(SMALL_SPEC)
+    status, created = web.post_json("/api/sweeps", {"base": base, "vary": {
+        "cluster.num_gpus": [64, 128, 256, 512], "training.global_batch": [512, 1024, 2048, 4096]}})
+    assert status == 201 and created["total"] == 16, created
+    single = copy.deepcopy(SMALL_SPEC) | {"training": {**SMALL_SPEC["training"], "global_batch": 768}}
+    status, body = web.post_json("/api/plans", single)
+    assert status == 201, body
+    assert web.get_json(f"/api/plans/{body['code']}")[1]["queue_position"] == 0  # no plan of its queue before it
+    worker = spawn(WorkerProcess(broker_env))  # one search at a time, started with all 17 queued
+    plan = Plan.objects.get(code=body["code"])
+    wait_for_status(plan, ("done",), timeout=120)
+    plan.refresh_from_db()
+    scenarios_first = Plan.objects.filter(sweep_scenarios__sweep__code=created["code"], status="done",
+                                          finished_at__lt=plan.finished_at).count()
+    assert scenarios_first <= 2, outputs(worker)  # turns: at most the scenario in hand and one more
+    assert wait_for_sweep(web, created["code"], 120, worker)["done"] == 16
