@@ -580,6 +580,11 @@ def _quantity(bound: float, unit: str) -> str:
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
+def lone_surrogate(text: str) -> bool:
+    """Whether `text` holds half of a UTF-16 surrogate pair (U+D800-U+DFFF), which UTF-8 cannot encode."""
+    return any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
 def modified_name(name: str) -> str:
     """The name of a catalog row whose values a request changed (a form's edit, a sweep's axis): a plan must not
     name hardware or a model it does not describe. Within the 200 characters a name may have."""
@@ -591,7 +596,7 @@ def text_problem(value: str) -> str | None:
     """Why a text value cannot be a name, or None. JSON's \\u escapes can spell a lone UTF-16 surrogate
     ("\\ud800"), which no UTF-8 page, database query or file can hold; control characters break pages and logs
     (and PostgreSQL refuses NUL); bidirectional controls reorder the page around the name."""
-    if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+    if lone_surrogate(value):
         return "must be valid Unicode text (it holds a lone UTF-16 surrogate, such as \\ud800)"
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         return "must not contain control characters"

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from planner import SpecError, parse_spec
 from planner.catalog import spec_fields_of
+from planner.spec import lone_surrogate
 
 
 class CatalogRow(models.Model):
@@ -54,7 +55,7 @@ class CatalogRow(models.Model):
             text = str(getattr(self, f.attname) or "")
             if "\x00" in text:
                 errors.setdefault(f.attname, []).append("must not contain NUL characters")
-            if any(0xD800 <= ord(c) <= 0xDFFF for c in text) and f.attname not in errors:  # name: said already
+            if lone_surrogate(text) and f.attname not in errors:  # a name's is said already, by the engine
                 errors.setdefault(f.attname, []).append("must be valid Unicode text (it holds a lone surrogate)")
         if twin := self._same_name_but_case():
             errors.setdefault("name", []).append(

@@ -38,7 +38,10 @@ def sweep_initial(catalog: Catalog) -> dict[str, Any]:
         rows = catalog.get(section, {})
         wanted = [initial[name]] if isinstance(initial[name], str) else initial[name]
         kept = [n for n in wanted if n in rows] or [n for n in (catalog_choice(rows, wanted[0]),) if n]
-        initial[name] = kept[0] if isinstance(initial[name], str) and kept else kept
+        if isinstance(initial[name], str):
+            initial[name] = kept[0] if kept else None
+        else:
+            initial[name] = kept
     return initial
 
 
