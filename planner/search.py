@@ -60,6 +60,12 @@ ZERO_WITH_PIPELINE = ("ZeRO-2/3 with PP > 1: no stack shards gradients or weight
                       "(DeepSpeed refuses it; PyTorch FSDP under a pipeline schedule holds what ZeRO-1 holds): plan "
                       "ZeRO-1 with PP, or ZeRO-3 without PP")
 
+# Megatron-Core refuses an MoE model with TP > 1 and no sequence parallelism ("When using MoE and tensor
+# parallelism, sequence parallelism must be used": megatron/training/arguments.py; TransformerConfig raises it for
+# EP > 1 with TP > 1), and torchtitan's TP always shards the sequence around its norms: no stack runs it.
+MOE_TP_NEEDS_SP = ("an MoE model with TP > 1 needs sequence parallelism (Megatron-Core refuses it without; "
+                   "torchtitan's TP always applies it): plan SP with TP, or TP 1")
+
 
 def _pinned(options: list, pin) -> list:
     return options if pin is None else [pin]
@@ -73,9 +79,9 @@ def tp_options(spec: PlanSpec) -> list[int]:
 
 def tp_reason(spec: PlanSpec, tp: int) -> tuple[str, str] | None:
     m, domain = spec.model, spec.cluster.node.nvlink_domain_gpus
-    if m.heads % tp or m.kv_heads % tp:
-        return "tp_does_not_divide_heads", (f"TP={tp} does not divide the {m.heads} attention heads "
-                                            f"and {m.kv_heads} KV heads")
+    if m.heads % tp or m.kv_heads % tp:  # each TP rank holds whole heads and whole KV groups
+        counts = [f"the {n} {what}" for n, what in ((m.heads, "attention heads"), (m.kv_heads, "KV heads")) if n % tp]
+        return "tp_does_not_divide_heads", f"TP={tp} does not divide {' or '.join(counts)}"
     if tp > domain or domain % tp:
         return "tp_crosses_nvlink_domain", f"TP={tp} crosses the {domain}-GPU NVLink domain"
     return None
@@ -235,15 +241,19 @@ def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejecti
                                                      pin.rank_order)]
     zeros = _pinned([0, 1, 2, 3] if dp * cp > 1 else [0], pin.zero)
     sharded_under_pp = [z for z in zeros if z >= 2] if pp > 1 else []
+    sps = _pinned([False, True] if tp > 1 else [False], pin.sequence_parallel)
+    unsplit_moe = [s for s in sps if not s] if spec.model.is_moe and tp > 1 else []
     axes = (ep_options(spec, tp * cp, dp), micro_batch_options(spec, dp), vpp_options(spec, pp),
             [RECOMPUTE_CODES[rc] for rc in _pinned(recompute_options(spec), pin.recompute)],
-            _pinned([False, True] if tp > 1 else [False], pin.sequence_parallel),
-            [z for z in zeros if z not in sharded_under_pp])
+            [s for s in sps if s not in unsplit_moe], [z for z in zeros if z not in sharded_under_pp])
     if math.prod(len(a) for a in axes) * len(orders) > MAX_CANDIDATES:
         axes = (axes[0], axes[1][:8], *axes[2:])  # bound the work; micro-batches beyond 8 options add nothing
     if sharded_under_pp:  # counted over the same (bounded) axes as the layouts kept
         rejected.add("zero_with_pipeline", ZERO_WITH_PIPELINE,
                      math.prod(len(a) for a in axes[:5]) * len(sharded_under_pp) * len(orders))
+    if unsplit_moe:
+        rejected.add("moe_tp_needs_sp", MOE_TP_NEEDS_SP,
+                     math.prod(len(a) for a in axes[:4]) * len(axes[5]) * len(orders))
     shape = tuple(len(a) for a in axes)
     failed, verdict = _inner_verdicts(spec, tp, pp, dp, axes[0], axes[1], axes[2], axes[4])
     verdict = np.broadcast_to(verdict.reshape(shape[0], shape[1], shape[2], 1, shape[4], 1), shape).reshape(-1)

@@ -860,6 +860,8 @@ def _check_layout(lay: dict[str, Any], num_gpus: int, m: dict[str, Any], t: dict
         errs.add("layout.ep", f"must be at most model.experts ({m['experts']})")
     if lay["pp"] is not None and lay["pp"] > m["layers"]:
         errs.add("layout.pp", f"must be at most model.layers ({m['layers']})")
+    if lay["vpp"] is not None and lay["vpp"] > 1 and lay["pp"] == 1:  # pinned both: a contradiction, not a search
+        errs.add("layout.vpp", "virtual pipeline stages need layout.pp > 1 (it is pinned to 1)")
     if t["activation_offload_layers"] >= m["layers"]:
         # Megatron-Core refuses cpu_offloading_num_layers >= num_layers; the engine caps each stage's count.
         errs.add("training.activation_offload_layers", f"must be less than model.layers ({m['layers']})")

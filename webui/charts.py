@@ -152,7 +152,16 @@ def memory_breakdown(result: dict[str, Any]) -> Figure | None:
             for i, part in enumerate(MEMORY_PARTS)]
     layout = _layout("Memory per GPU against capacity, top plans", barmode="stack", height=160 + 32 * len(plans),
                      xaxis={"title": {"text": "GiB per GPU"}}, yaxis={"autorange": "reversed", "automargin": True})
-    capacity = plans[0]["memory_gib"].get("capacity") or _gpu_memory(result)
+    capacities = [p["memory_gib"].get("capacity") or _gpu_memory(result) for p in plans]
+    known = {c for c in capacities if c}
+    if len(known) > 1:
+        # Bars of different GPUs (the compare page): each its own capacity, a tick on its bar. One line, the
+        # first bar's, made a 180 GiB B200 bar look as if it overflowed an H100's 80.
+        data.append({"type": "scatter", "mode": "markers", "name": "capacity", "y": labels, "x": capacities,
+                     "marker": {"symbol": "line-ns-open", "size": 26, "line": {"width": 3, "color": "#c0392b"}},
+                     "hovertemplate": "%{y}<br>capacity %{x:g} GiB<extra></extra>"})
+        return {"data": data, "layout": layout}
+    capacity = next(iter(known), None)
     if capacity:
         layout["shapes"] = [{"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": capacity, "x1": capacity,
                              "line": {"color": "#c0392b", "dash": "dash", "width": 2}}]

@@ -8,7 +8,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_http_methods, require_safe
 
 from planner import SpecError, jsonio
 
@@ -18,7 +18,7 @@ from .sweep_form import SweepForm, sweep_initial
 from .views import _errors, _top, api_methods
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def sweep_new(request: HttpRequest) -> HttpResponse:
     catalog = services.catalog_as_dict()
     form = SweepForm(request.POST or None, catalog=catalog, initial=sweep_initial(catalog))
@@ -30,7 +30,7 @@ def sweep_new(request: HttpRequest) -> HttpResponse:
     return render(request, "webui/sweep_form.html", {"form": form})
 
 
-@require_GET
+@require_safe
 def sweep_detail(request: HttpRequest, code: str) -> HttpResponse:
     sweep = get_object_or_404(Sweep, code=code)
     data = sweeps.sweep_as_dict(sweep=sweep)
@@ -38,7 +38,7 @@ def sweep_detail(request: HttpRequest, code: str) -> HttpResponse:
     return render(request, "webui/sweep_detail.html", {"sweep": sweep, "data": data, "figures": figures})
 
 
-@require_GET
+@require_safe
 def sweep_csv(request: HttpRequest, code: str) -> HttpResponse:
     sweep = get_object_or_404(Sweep, code=code)
     response = HttpResponse(sweeps.sweep_csv(sweep=sweep), content_type="text/csv; charset=utf-8")
@@ -46,7 +46,7 @@ def sweep_csv(request: HttpRequest, code: str) -> HttpResponse:
     return response
 
 
-@require_GET
+@require_safe
 def plans_compare(request: HttpRequest) -> HttpResponse:
     try:
         plans = compare.compare_plans(codes=compare.compare_codes(request.GET.getlist("plans")))

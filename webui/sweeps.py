@@ -16,6 +16,7 @@ from django.db import transaction
 from django.urls import reverse
 
 from planner import SpecError
+from planner.spec import fmt_number
 from planner.whatif.goal import best, meets, outcome, parse_goal
 from planner.whatif.sweep import Scenario, expand, key_name, scenario_doc
 
@@ -56,7 +57,8 @@ def sweep_create(*, data: Any, top: int = 10) -> Sweep:
         errors.append(err)
     if errors:
         raise SpecError([e for err in errors for e in err.errors])
-    if goal is not None:  # the goal's tokens are what each scenario's plan trains, unless the base says otherwise
+    if goal is not None:  # the goal's tokens are what each scenario's plan trains
+        _tokens_agree(data, scenarios, goal.tokens)
         scenarios = [_with_tokens(s, goal.tokens) for s in scenarios]
     prices = dict(GPUType.objects.values_list("name", "price_per_gpu_hour_usd"))
     with transaction.atomic():  # the plans' tasks are sent when this commits (plan_create's on_commit)
@@ -69,6 +71,19 @@ def sweep_create(*, data: Any, top: int = 10) -> Sweep:
                           price_per_gpu_hour_usd=prices.get(s.spec.cluster.gpu.name))
             for i, s in enumerate(scenarios))
     return sweep
+
+
+def _tokens_agree(data: Mapping[str, Any], scenarios: list[Scenario], tokens: float) -> None:
+    """A goal judges every scenario on its own tokens: a scenario stating others (the base's training.tokens, or
+    an axis over it) would show one time to train in the sweep and another on its plan's page. Refused, naming
+    where the other figure comes from."""
+    stated = {s.spec.training.tokens for s in scenarios} - {None, tokens}
+    if not stated:
+        return
+    where = "vary.training.tokens" if "training.tokens" in (data.get("vary") or {}) else "base.training.tokens"
+    raise SpecError.one(where, f"the goal trains {fmt_number(tokens)} tokens (goal.tokens), which every scenario's "
+                               f"time to train is judged on; give tokens once, in the goal, not also here (got "
+                               f"{', '.join(fmt_number(t) for t in sorted(stated))})")
 
 
 def _with_tokens(scenario: Scenario, tokens: float) -> Scenario:

@@ -9,7 +9,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from planner import SpecError, jsonio, stacks
 
@@ -18,7 +18,7 @@ from .forms import PlanForm, initial_for
 from .models import Plan
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def plan_new(request: HttpRequest) -> HttpResponse:
     catalog = services.catalog_as_dict()
     if request.method == "POST":
@@ -33,7 +33,7 @@ def plan_new(request: HttpRequest) -> HttpResponse:
     return render(request, "webui/plan_form.html", {"form": form, "catalog": catalog})
 
 
-@require_GET
+@require_safe
 def plan_detail(request: HttpRequest, code: str) -> HttpResponse:
     plan = get_object_or_404(Plan, code=code)
     context: dict[str, Any] = {"plan": plan, "figures": charts.plan_figures(plan.result),
@@ -57,7 +57,7 @@ def plan_retry(request: HttpRequest, code: str) -> HttpResponse:
     return redirect(services.plan_retry(plan=plan))
 
 
-@require_GET
+@require_safe
 def validation(request: HttpRequest) -> HttpResponse:
     context = services.validation_read()
     context["figures"] = validation_charts.validation_figures(context["validation"])

@@ -75,6 +75,11 @@ def _parallel(job: Job, arg, em: Emitter) -> None:
         _uneven_stages(job, arg, em)
     if job.vpp > 1:  # interleaved 1F1B: the virtual-stage count directly (it also allows uneven stages)
         arg("--num-virtual-stages-per-pipeline-rank", job.vpp)
+        if job.layers_per_stage * job.pp == job.spec.model.layers and job.layers_per_stage % job.vpp:
+            # Megatron splits each stage's layers evenly over its virtual stages (an uneven split is noted above)
+            em.note(f"{job.layers_per_stage} layers per pipeline stage do not split into {job.vpp} virtual stages: "
+                    "Megatron refuses it; the split the plan costs needs --pipeline-model-parallel-layout, written "
+                    "by hand")
         if job.vp_group != job.pp:  # micro-batches not a multiple of PP: groups of N, as the plan's memory counts
             arg("--microbatch-group-size-per-virtual-pipeline-stage", job.vp_group)
         if not job.spec.training.pp_comm_overlap:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..errors import FieldError, SpecError
-from ..spec import SECTIONS, PlanSpec, modified_name, parse_spec, text_problem
+from ..spec import SECTIONS, PlanSpec, fmt_number, modified_name, parse_spec, text_problem
 
 MAX_SCENARIOS = 1024  # the bound: a sweep is a study, not a search of its own
 MAX_AXES = 8
@@ -187,6 +187,8 @@ def value_text(value: Any) -> str:
         return value
     if isinstance(value, Mapping) and isinstance(value.get("name"), str) and value["name"].strip():
         return value["name"]
+    if isinstance(value, float) and math.isfinite(value):
+        return fmt_number(value)  # 1e12 as 1000000000000, not JSON's 1000000000000.0
     return json.dumps(value, default=str)
 
 

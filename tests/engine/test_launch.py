@@ -569,3 +569,14 @@ def test_the_requests_own_stack_leads_the_exports(stack, first):
     configs = launch_configs(spec, entry)
     assert list(configs)[0] == first
     assert sorted(configs) == sorted(FRAMEWORKS)
+
+
+def test_megatron_says_when_a_stage_does_not_split_into_its_virtual_stages():
+    # 30 layers over PP 2: 15 a stage, which Megatron cannot split into 2 virtual stages; it refuses the flag
+    # silently written. The torchtitan export already said so.
+    spec, entry = small_plan(H100_32, {"tp": 8, "pp": 2, "vpp": 2})
+    config = launch_config(spec, entry, "megatron")
+    assert megatron_args(config.text)["--num-virtual-stages-per-pipeline-rank"] == "2"
+    assert any("15 layers per pipeline stage do not split into 2 virtual stages" in n for n in config.notes)
+    spec, entry = small_plan(H100_32, {"tp": 8, "pp": 2, "vpp": 3})  # 15 = 3 x 5: nothing to say
+    assert not any("virtual stages" in n for n in launch_config(spec, entry, "megatron").notes)

@@ -311,3 +311,26 @@ def test_the_ranking_is_the_lexsort_it_stands_for(distinct_times):
     step = rng.integers(0, distinct_times, size=50_000) * 0.25 + rng.integers(0, 2, size=50_000) * 1e-11
     memory = rng.integers(0, 5, size=50_000).astype(float)
     assert np.array_equal(_rank(step, memory), np.lexsort((np.arange(50_000), memory, np.round(step, 9))))
+
+
+def test_an_moe_model_with_tp_runs_sequence_parallel_as_megatron_core_requires(catalog):
+    # Megatron-Core refuses MoE with TP > 1 and no SP; the search had ranked TP2 PP32 DP32 EP8 (no SP) first for
+    # DeepSeek-V3 on 2,048 H100, and its Megatron export was a command line Megatron refused.
+    doc = {"model": "DeepSeek-V3 671B (MLA approximated as MHA)", "training": {"global_batch": 8192},
+           "cluster": {"num_gpus": 2048, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
+                       "fabric": "NDR InfiniBand fat tree"}, "layout": {"tp": 2, "pp": 32, "ep": 8}}
+    answer = plan(parse_spec(doc, catalog), top=5)
+    assert answer["plans"] and all(p["layout"]["sequence_parallel"] for p in answer["plans"])
+    assert "needs sequence parallelism" in answer["rejected_examples"]["moe_tp_needs_sp"]
+    doc["layout"]["sequence_parallel"] = False  # pinned: no plan, and the reason
+    answer = plan(parse_spec(doc, catalog), top=5)
+    assert answer["plans"] == [] and set(answer["rejected"]) == {"moe_tp_needs_sp"}
+    assert answer["searched"] == answer["rejected"]["moe_tp_needs_sp"]
+
+
+def test_a_tp_that_divides_the_heads_but_not_the_kv_heads_says_only_the_kv_heads(catalog):
+    doc = {"model": "Llama 3 8B", "training": {"global_batch": 64},
+           "cluster": {"num_gpus": 64, "gpu": "H100 SXM5 80GB", "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"},
+           "layout": {"tp": 16}}
+    answer = plan(parse_spec(doc, catalog), top=1)  # 16 divides the 32 heads: only the 8 KV heads are the problem
+    assert answer["rejected_examples"]["tp_does_not_divide_heads"] == "TP=16 does not divide the 8 KV heads"

@@ -133,6 +133,13 @@ def test_a_layout_that_is_not_an_object_is_named_even_when_falsy(gpt3_doc, layou
     assert "must be an object" in errors_of(gpt3_doc)["layout"][0]
 
 
+def test_virtual_stages_pinned_with_pp_1_are_a_spec_error(gpt3_doc):
+    gpt3_doc["layout"] = {"pp": 1, "vpp": 4}  # was accepted, then answered with no plan (vpp_invalid)
+    assert errors_of(gpt3_doc) == {"layout.vpp": ["virtual pipeline stages need layout.pp > 1 (it is pinned to 1)"]}
+    gpt3_doc["layout"] = {"vpp": 4}  # PP left to the search: its PP 1 candidates are rejected there, as before
+    assert parse_spec(gpt3_doc).layout.vpp == 4
+
+
 def test_a_blank_name_is_the_sections_default(gpt3_doc):
     gpt3_doc["model"]["name"] = "   "  # an empty page heading otherwise
     assert parse_spec(gpt3_doc).model.name == "custom model"

@@ -128,5 +128,6 @@ def test_every_engine_field_is_a_path_and_the_base_is_not_changed(catalog):
 
 def test_axis_values_are_labelled_as_people_read_them():
     assert [value_text(v) for v in ("fp8", True, 256, 0.5, None)] == ["fp8", "true", "256", "0.5", "null"]
+    assert value_text(1e12) == "1000000000000" and value_text(2.5e-7) == "2.5e-07"  # not JSON's 1000000000000.0
     assert value_text({"name": "6g", "gpus": 6}) == "6g"
     assert value_text({"gpus": 6, "nics": 6}) == '{"gpus": 6, "nics": 6}'  # never Python's {'gpus': 6}

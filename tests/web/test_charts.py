@@ -79,6 +79,11 @@ def test_the_memory_chart_draws_the_capacity_line():
     assert [t["name"] for t in fig["data"]] == ["weights", "gradients", "optimizer", "activations", "other"]
     assert fig["data"][3]["x"] == [15, 30]  # activations of plans 1 and 2
     assert fig["layout"]["shapes"][0]["x0"] == 80
+    # Bars of different GPUs (compare): a capacity tick on each bar, not the first bar's line across all.
+    mixed = {"plans": [dict(ANSWER["plans"][0]), dict(ANSWER["plans"][1], memory_gib={"total": 170, "capacity": 180})]}
+    fig = charts.memory_breakdown(mixed)
+    assert "shapes" not in fig["layout"]
+    assert next(t for t in fig["data"] if t["name"] == "capacity")["x"] == [80, 180]
 
 
 def test_the_placement_map_has_one_row_per_node_and_outlines_each_nvlink_domain():

@@ -88,6 +88,12 @@ def test_a_bad_axis_is_a_400_naming_it_and_nothing_is_saved(client, seeded, vary
     ({"base": BASE, "vary": {"cluster.num_gpus": [64, 10**400]}}, "vary.cluster.num_gpus", "must be at most"),
     ({"base": BASE, "vary": {"cluster.num_gpus": [64]}, "goal": {"tokens": 10**400, "deadline_days": 30}},
      "goal.tokens", "must be more than 0 and at most 1e+16 tokens (got 100000000000..., 401 digits)"),
+    # A goal judges every scenario on its own tokens: others stated beside it showed one time to train in the
+    # sweep and another on the scenario's plan page.
+    ({"base": BASE, "vary": {"training.tokens": [1e12, 2e12]}, "goal": {"tokens": 1e12, "deadline_days": 30}},
+     "vary.training.tokens", "the goal trains 1000000000000 tokens (goal.tokens)"),
+    ({"base": {**BASE, "training": {**BASE["training"], "tokens": 1e12}}, "vary": {"cluster.num_gpus": [64]},
+      "goal": {"tokens": 5e12, "deadline_days": 30}}, "base.training.tokens", "(got 1000000000000)"),
 ])
 def test_a_bad_base_goal_or_body_is_a_400_naming_the_field(client, seeded, body, field, message):
     response = post(client, body)

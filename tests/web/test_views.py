@@ -176,6 +176,14 @@ def test_wrong_methods_are_refused_not_crashed(client, small_spec, seeded):
     assert client.delete("/").status_code == 405
 
 
+def test_every_page_answers_head_as_it_answers_get(client, small_spec, seeded):
+    # Link checkers, uptime probes and link-preview bots ask HEAD first: a shared plan link answered 405.
+    plan = make_plan(small_spec)
+    for url in ("/", plan.get_absolute_url(), "/validation/", "/sweeps/new/"):
+        head = client.head(url)
+        assert head.status_code == 200 and head.content == b"", url
+
+
 def test_plotly_js_is_served_from_the_installed_plotly_package():
     import plotly
 
