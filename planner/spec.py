@@ -93,7 +93,7 @@ TRAINING_FIELDS = (
     Field("global_batch", int, lo=1, hi=16_777_216, unit="sequences", help="Sequences per optimizer step."),
     Field("precision", str, "bf16", choices=PRECISIONS,
           help="Matrix-multiply precision: bf16/fp16, or fp8 (Transformer Engine style, bf16 elsewhere)."),
-    Field("tokens", float, None, lo=0, hi=1e16, unit="tokens",
+    Field("tokens", float, None, lo=1, hi=1e16, unit="tokens",  # 0 was taken, then asked for on the page
           help="Tokens to train, for time to train and GPU-hours."),
     Field("framework", str, GENERIC, choices=FRAMEWORKS,
           help="Training stack whose settings fill every option below that the request leaves out "

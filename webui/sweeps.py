@@ -33,8 +33,9 @@ _PLAN_KEYS = {
     "step_time_s": "plan__result__plans__0__step_time_s", "tokens_per_s": "plan__result__plans__0__tokens_per_s",
     "mfu": "plan__result__plans__0__mfu",
 }
-ROW_FIELDS = ("plan", "status", "num_gpus", "gpu", "fabric", "precision", "layout", "step_time_s", "tokens_per_s",
-              "mfu", "time_to_train_days", "gpu_hours", "cost", "meets_goal")
+# The CSV's columns after the axes: what the API gives each scenario (its node too, which no axis may name).
+ROW_FIELDS = ("plan", "status", "num_gpus", "gpu", "node", "fabric", "precision", "layout", "step_time_s",
+              "tokens_per_s", "mfu", "time_to_train_days", "gpu_hours", "cost", "meets_goal", "url")
 
 
 def sweep_create(*, data: Any, top: int = 10) -> Sweep:

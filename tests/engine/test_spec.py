@@ -112,6 +112,7 @@ def test_part_of_one_node_is_allowed(gpt3_doc):
     ("model", "seq_len", 16777217, "must be at most 16777216 tokens (got 16777217)"),
     ("model", "seq_len", 0, "must be at least 1 token (got 0)"),  # one of a count noun: singular
     ("training", "global_batch", 0, "must be at least 1 sequence (got 0)"),
+    ("training", "tokens", 0, "must be at least 1 token (got 0)"),  # taken, then asked for again on the page
     ("training", "global_batch", -(10**400), "must be at least 1 sequence"),
     ("model", "hidden", [], "must be a number, not a list"),
     ("model", "name", {}, "must be a string, not an object"),

@@ -135,7 +135,11 @@ def test_a_finished_sweep_reports_time_cost_goal_and_the_cheapest_scenario(clien
 
     rows = list(csv.reader(io.StringIO(client.get(f"/sweeps/{code}/csv").content.decode())))
     assert rows[0][:4] == ["cluster.num_gpus", "cluster.gpu", "plan", "status"] and len(rows) == 7
-    assert rows[1][2] == data["scenarios"][0]["plan"] and rows[1][-1] in ("true", "false")
+    assert rows[1][2] == data["scenarios"][0]["plan"] and rows[1][-2] in ("true", "false")
+    # Every figure the API gives a scenario, the node and the plan's link included (they were missing).
+    header = dict(zip(rows[0], rows[1]))
+    assert header["node"] == data["scenarios"][0]["node"] == "DGX H100"
+    assert header["url"] == data["scenarios"][0]["url"] == f"/plans/{data['scenarios'][0]['plan']}/"
 
     page = client.get(f"/sweeps/{code}/").content.decode()
     for chart in ("time-vs-gpus", "cost-vs-time", "mfu-heatmap"):
