@@ -145,15 +145,21 @@ def for_stack(name: str, snapshot: dict[str, Any] | None = None) -> dict[str, An
     if entry is None or snapshot is None:
         return None
     groups = set(entry["rows"])
-    errors = [r["err"] for r in snapshot.get("rows") or [] if r.get("group") in groups and r.get("err") is not None]
-    out: dict[str, Any] = {"stack": name, "runs": len(errors), "median_abs_err": None, "max_abs_err": None}
+    rows = [r for r in snapshot.get("rows") or [] if r.get("group") in groups and r.get("err") is not None]
+    errors = [r["err"] for r in rows]
+    # The GPUs they ran on, so that a plan on other hardware (an AMD GPU, whose own line says no comparable runs
+    # exist) does not read the stack's figure as its own.
+    gens = sorted({str(r.get("generation")) for r in rows if r.get("generation") not in (None, "other")})
+    out: dict[str, Any] = {"stack": name, "runs": len(errors), "median_abs_err": None, "max_abs_err": None,
+                           "generations": gens}
     if not errors:
         out["statement"] = f"No published runs of the {name} stack have been modelled."
         return out
     worst = max(abs(e) for e in errors)
     out.update(median_abs_err=statistics.median(abs(e) for e in errors), max_abs_err=worst)
+    on = f" on {', '.join(gens[:-1])} and {gens[-1]}" if len(gens) > 1 else f" on {gens[0]}" if gens else ""
     out["statement"] = (f"On published runs of the {name} stack: ±{out['median_abs_err']:.0%}, median over "
-                        f"{len(errors)} runs (worst {worst:.0%}), each costed with its own settings.")
+                        f"{len(errors)} runs{on} (worst {worst:.0%}), each costed with its own settings.")
     return out
 
 

@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from planner import SpecError
 from planner.spec import fmt_number
-from planner.whatif.goal import best, meets, outcome, parse_goal
+from planner.whatif.goal import best, meets, missed_because, outcome, parse_goal
 from planner.whatif.sweep import Scenario, expand, key_name, scenario_doc
 
 from . import services
@@ -114,6 +114,7 @@ def sweep_rows(*, sweep: Sweep) -> list[dict[str, Any]]:
         row["url"] = reverse("plan-detail", args=[row["plan"]])
         # Unknown (None) until the plan is finished; a failed plan or one with no feasible layout does not meet it.
         row["meets_goal"] = meets(goal, row) if row["status"] in FINISHED else None
+        row["goal_note"] = missed_because(goal, row) if row["meets_goal"] is False else None
         rows.append(row)
     return rows
 

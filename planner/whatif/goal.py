@@ -91,6 +91,15 @@ def meets(goal: Goal | None, row: Mapping[str, Any]) -> bool | None:
     return True
 
 
+def missed_because(goal: Goal | None, row: Mapping[str, Any]) -> str | None:
+    """Why a scenario that trains in time still misses the goal, where the page would otherwise not say: it has
+    no GPU price, so no cost to hold to the budget (meets)."""
+    days = row.get("time_to_train_days")
+    if goal is None or goal.budget_usd is None or days is None or days > goal.deadline_days:
+        return None
+    return "no GPU price, so no cost to hold to the budget" if row.get("cost") is None else None
+
+
 def best(rows: Sequence[Mapping[str, Any]]) -> int | None:
     """Index of the best row among those with meets_goal true (see the module's docstring), or None."""
     meeting = [i for i, row in enumerate(rows) if row.get("meets_goal")]

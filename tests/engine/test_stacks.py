@@ -131,7 +131,9 @@ def test_a_plan_naming_a_stack_says_how_the_model_does_on_that_stacks_runs(catal
     stated = plan(parse_spec(gpt3_doc, catalog), top=1)["stack_accuracy"]
     assert (stated["stack"], stated["runs"]) == ("fsdp", len(errors)) and stated["runs"] == 232
     assert stated["median_abs_err"] == pytest.approx(statistics.median(abs(e) for e in errors))
-    assert stated["statement"].startswith("On published runs of the fsdp stack: ±3%, median over 232 runs")
+    assert stated["statement"].startswith("On published runs of the fsdp stack: ±3%, median over 232 runs on A100 "
+                                          "and H100 (worst")  # the GPUs they ran on: not an AMD plan's own figure
+    assert stated["generations"] == ["A100", "H100"]
     gpt3_doc["training"]["framework"] = "generic"
     assert "stack_accuracy" not in plan(parse_spec(gpt3_doc, catalog), top=1)  # no stack named: nothing to say
 

@@ -345,3 +345,18 @@ def test_the_sweep_form_starts_on_existing_rows_when_the_admin_renamed_its_defau
     assert initial["model"] == min(services.catalog_as_dict()["model"]) and initial["model"] != DEFAULTS["model"]
     assert initial["nodes"] == ["8x GPU PCIe 5.0 server (no NVLink)"]  # the first node by name
     assert initial["gpus"] == DEFAULTS["gpus"] and initial["fabrics"] == DEFAULTS["fabrics"]  # still there
+
+
+def test_a_scenario_in_time_without_a_price_says_why_it_misses_a_budget(client, seeded):
+    # The documented rule (no price, no cost to hold to a budget) was applied without a word: the page said "no"
+    # beside a time to train well inside the deadline.
+    GPUType.objects.filter(name="H100 SXM5 80GB").update(price_per_gpu_hour_usd=2.0)
+    body = {"base": BASE, "vary": {"cluster.gpu": ["H100 SXM5 80GB", "B200"]},
+            "goal": {"tokens": 1e11, "deadline_days": 365, "budget": 1e9}}
+    code = post(client, body).json()["code"]
+    run_plans(code)
+    h100, b200 = client.get(f"/api/sweeps/{code}").json()["scenarios"]
+    assert (h100["meets_goal"], h100["goal_note"]) == (True, None)
+    assert b200["time_to_train_days"] < 365 and b200["cost"] is None
+    assert (b200["meets_goal"], b200["goal_note"]) == (False, "no GPU price, so no cost to hold to the budget")
+    assert "no: no GPU price, so no cost to hold to the budget" in client.get(f"/sweeps/{code}/").content.decode()
