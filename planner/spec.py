@@ -680,8 +680,9 @@ def _hardware(data: Any, path: str, spec_fields: tuple[Field, ...], table: Mappi
     is in the catalog inherits the fields it leaves out (e.g. sm_count) from that entry."""
     # A name that cannot be text is refused before the catalog is searched (a database cannot be queried for it);
     # an inline object's name is then refused with its other fields.
-    if isinstance(data, str) and text_problem(data):
-        errs.add(path, text_problem(data))
+    problem = text_problem(data) if isinstance(data, str) else None
+    if problem:
+        errs.add(path, problem)
         return None
     if isinstance(data, str):
         entry = (table or {}).get(data.strip())

@@ -10,6 +10,7 @@ fields from the chosen row and switches to "custom" when someone edits one.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cached_property
 from typing import Any
 
 from django import forms
@@ -287,9 +288,14 @@ class PlanForm(forms.Form):
             return values
         return values | {"name": modified_name(name)}
 
+    @cached_property
+    def _copied_spec(self) -> dict[str, Any] | None:
+        """The saved spec of the plan this page edits a copy of (one query, whatever the custom sections)."""
+        return services.plan_spec(code=self.cleaned_data.get("copy_of"))
+
     def _copied_section(self, prefix: str) -> dict[str, Any] | None:
         """The section `prefix` of the plan this page edits a copy of, as saved; None without one."""
-        spec = services.plan_spec(code=self.cleaned_data.get("copy_of"))
+        spec = self._copied_spec
         if spec is None:
             return None
         section = spec.get("model") if prefix == "model" else (spec.get("cluster") or {}).get(prefix)

@@ -100,8 +100,9 @@ def _catalog_row_load(row: Any, *, update_existing: bool) -> str:
     if unknown:
         raise ValidationError(f"unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     name = fields.get("name")
-    if isinstance(name, str) and text_problem(name):  # nor can a query hold it (NUL, a lone surrogate)
-        raise ValidationError({"name": [text_problem(name)]})
+    problem = text_problem(name) if isinstance(name, str) else None
+    if problem:  # nor can a query hold it (NUL, a lone surrogate)
+        raise ValidationError({"name": [problem]})
     instance = model.objects.filter(name=name).first() if isinstance(name, str) else None
     if instance is not None and not update_existing:
         return "unchanged"

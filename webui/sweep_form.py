@@ -35,13 +35,11 @@ def sweep_initial(catalog: Catalog) -> dict[str, Any]:
     the plan form starts), so that an untouched form is still a complete sweep."""
     initial = dict(DEFAULTS)
     for name, section in (("model", "model"), ("gpus", "gpu"), ("nodes", "node"), ("fabrics", "fabric")):
-        rows = catalog.get(section, {})
-        wanted = [initial[name]] if isinstance(initial[name], str) else initial[name]
-        kept = [n for n in wanted if n in rows] or [n for n in (catalog_choice(rows, wanted[0]),) if n]
-        if isinstance(initial[name], str):
-            initial[name] = kept[0] if kept else None
-        else:
-            initial[name] = kept
+        rows, wanted = catalog.get(section, {}), initial[name]
+        if isinstance(wanted, str):
+            initial[name] = catalog_choice(rows, wanted)
+        else:  # the wanted rows still there, else (as catalog_choice) the first by name
+            initial[name] = [n for n in wanted if n in rows] or [n for n in (catalog_choice(rows, wanted[0]),) if n]
     return initial
 
 

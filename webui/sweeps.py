@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from planner import SpecError
 from planner.spec import fmt_number
-from planner.whatif.goal import best, meets, missed_because, outcome, parse_goal
+from planner.whatif.goal import best, outcome, parse_goal, verdict
 from planner.whatif.sweep import Scenario, expand, key_name, scenario_doc
 
 from . import services
@@ -113,8 +113,7 @@ def sweep_rows(*, sweep: Sweep) -> list[dict[str, Any]]:
                          price_per_gpu_hour=found["price_per_gpu_hour_usd"])}
         row["url"] = reverse("plan-detail", args=[row["plan"]])
         # Unknown (None) until the plan is finished; a failed plan or one with no feasible layout does not meet it.
-        row["meets_goal"] = meets(goal, row) if row["status"] in FINISHED else None
-        row["goal_note"] = missed_because(goal, row) if row["meets_goal"] is False else None
+        row["meets_goal"], row["goal_note"] = verdict(goal, row) if row["status"] in FINISHED else (None, None)
         rows.append(row)
     return rows
 

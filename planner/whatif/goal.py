@@ -78,26 +78,28 @@ def outcome(*, tokens_per_s: float | None, num_gpus: int, tokens: float | None,
     return {"time_to_train_days": _r(days), "gpu_hours": _r(gpu_hours), "cost": _r(cost) if cost is not None else None}
 
 
+UNPRICED = "no GPU price, so no cost to hold to the budget"
+
+
 def meets(goal: Goal | None, row: Mapping[str, Any]) -> bool | None:
-    """Whether a scenario meets the goal; None without a goal. A scenario with no feasible layout does not, and
-    nor does one without a price when the goal has a budget (its cost is unknown)."""
+    """Whether a scenario meets the goal; None without a goal (see verdict)."""
+    return verdict(goal, row)[0]
+
+
+def verdict(goal: Goal | None, row: Mapping[str, Any]) -> tuple[bool | None, str | None]:
+    """(whether a scenario meets the goal, None without a goal; why one that trains in time still misses it, where
+    the table would otherwise not say). A scenario with no feasible layout does not meet it, and nor does one
+    without a price when the goal has a budget (its cost is unknown: UNPRICED)."""
     if goal is None:
-        return None
+        return None, None
     days = row.get("time_to_train_days")
     if days is None or days > goal.deadline_days:
-        return False
+        return False, None
     if goal.budget_usd is not None:
-        return row.get("cost") is not None and row["cost"] <= goal.budget_usd
-    return True
-
-
-def missed_because(goal: Goal | None, row: Mapping[str, Any]) -> str | None:
-    """Why a scenario that trains in time still misses the goal, where the page would otherwise not say: it has
-    no GPU price, so no cost to hold to the budget (meets)."""
-    days = row.get("time_to_train_days")
-    if goal is None or goal.budget_usd is None or days is None or days > goal.deadline_days:
-        return None
-    return "no GPU price, so no cost to hold to the budget" if row.get("cost") is None else None
+        if row.get("cost") is None:
+            return False, UNPRICED
+        return row["cost"] <= goal.budget_usd, None
+    return True, None
 
 
 def best(rows: Sequence[Mapping[str, Any]]) -> int | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..errors import FieldError, SpecError
-from ..spec import SECTIONS, PlanSpec, fmt_number, modified_name, parse_spec, text_problem
+from ..spec import SECTIONS, PlanSpec, fmt_number, modified_name, parse_spec
 
 MAX_SCENARIOS = 1024  # the bound: a sweep is a study, not a search of its own
 MAX_AXES = 8
@@ -105,8 +105,7 @@ def scenario_doc(base: Mapping[str, Any], values: Mapping[str, Any],
         doc["model"] = copy.deepcopy(values["model"])
     rows: dict[tuple[str, ...], Mapping[str, Any]] = {}  # the catalog rows named, by the section they fill
     if isinstance(doc.get("model"), str):  # before any model.* axis, which overrides a field of the preset
-        preset = ((catalog or {}).get("model") or {}).get(doc["model"].strip()) if not text_problem(doc["model"]) \
-            else None
+        preset = ((catalog or {}).get("model") or {}).get(doc["model"].strip())
         if preset is None:
             names = ", ".join(sorted((catalog or {}).get("model") or {})[:20])
             raise SpecError.one("model", f"unknown model preset {doc['model'][:60]!r} (known: {names})")
@@ -126,8 +125,7 @@ def _set(doc: dict[str, Any], keys: list[str], value: Any, catalog: Mapping[str,
         child = target.get(key)
         if isinstance(child, str):  # a catalog name: the named row with this field overridden
             section = CATALOG_PATHS.get(".".join(keys[:depth + 1]))
-            row = ((catalog or {}).get(section) or {}).get(child.strip()) \
-                if section and not text_problem(child) else None
+            row = ((catalog or {}).get(section) or {}).get(child.strip()) if section else None
             if row is not None:
                 rows[tuple(keys[:depth + 1])] = row
             child = {"name": child}
