@@ -125,16 +125,26 @@ def _form_field(f: Field, *, searchable: bool) -> forms.Field:
         return forms.BooleanField(**common)
     if f.kind is str:
         return forms.CharField(max_length=200, **common)
-    if f.hi is not None and f.hi >= 1e12:  # token counts read best as 15e12
-        widget: forms.Widget = forms.TextInput(attrs={"inputmode": "decimal", "placeholder": "e.g. 15e12"})
+    big = f.hi is not None and f.hi >= 1e12
+    if big:  # token counts read best as 15e12
+        placeholder = "e.g. 15e12"
     else:
-        attrs = {"step": 1 if f.kind is int else "any", "min": fmt_number(f.lo) if f.lo is not None else None,
-                 "max": fmt_number(f.hi) if f.hi is not None else None}
         # Blank means "search" for a pin and "the engine's default" for an optional field.
-        attrs["placeholder"] = "search" if searchable else ("default" if f.default is None else None)
-        widget = forms.NumberInput(attrs={k: v for k, v in attrs.items() if v is not None})
+        placeholder = "search" if searchable else ("default" if f.default is None else None)
     # Numbers stay text here: the engine converts them and words the message when they are wrong.
+    widget = number_input(f.kind is int and not big, f.lo, f.hi, placeholder)
     return forms.CharField(max_length=40, widget=widget, **common)
+
+
+def number_input(whole: bool, lo: float | None, hi: float | None, placeholder: str | None = None) -> forms.TextInput:
+    """A text box for a number from `lo` to `hi` (the engine's bounds, said on hover). Not <input type=number>:
+    for a half-typed "1e" or "8," that posts nothing, so a pin would silently become "search", an optional field
+    its default and a required one "is required"; as text, the engine sees what was typed and names it.
+    `inputmode` still brings up a numeric keypad."""
+    attrs = {"inputmode": "numeric" if whole else "decimal", "autocomplete": "off"}
+    if lo is not None and hi is not None:
+        attrs["title"] = f"{'a whole number' if whole else 'a number'} from {fmt_number(lo)} to {fmt_number(hi)}"
+    return forms.TextInput(attrs=attrs | ({"placeholder": placeholder} if placeholder else {}))
 
 
 class PlanForm(forms.Form):
@@ -163,7 +173,7 @@ class PlanForm(forms.Form):
                                                  help_text="The plan this page edits a copy of.")
         self.fields["num_gpus"] = forms.CharField(
             label="GPUs", max_length=40, required=False, help_text="GPUs in the job: a multiple of GPUs per node.",
-            widget=forms.NumberInput(attrs={"min": 1, "max": MAX_GPUS, "step": 1}))
+            widget=number_input(True, 1, MAX_GPUS))
         for hw, label in (("gpu", "GPU"), ("node", "Node"), ("fabric", "Fabric")):
             self.fields[hw] = forms.ChoiceField(
                 label=label, choices=self._choices(hw, f"custom {label if hw == 'gpu' else hw}"),

@@ -129,6 +129,22 @@ def test_bad_input_in_the_browser_is_shown_next_to_the_field(web, seeded, browse
     assert page.input_value("input[name=num_gpus]") == "100"  # what was typed is kept
 
 
+def test_a_half_typed_number_is_named_not_dropped(web, seeded, browser):
+    # Typed key by key, as a person does: an <input type=number> posted nothing for "1e", so a pinned TP became
+    # "search" without a word and GPUs "is required".
+    page = browser.new_page()
+    page.goto(web.url + "/")
+    page.fill("input[name=num_gpus]", "")
+    page.locator("input[name=num_gpus]").press_sequentially("1e")
+    page.locator("#fs-layout summary").click()
+    page.locator("input[name=layout__tp]").press_sequentially("8,")
+    page.click("#submit-plan")
+    assert "must be a number" in page.locator("[data-field=num_gpus] .error").inner_text()
+    assert "'1e'" in page.locator("[data-field=num_gpus] .error").inner_text()
+    assert "'8,'" in page.locator("[data-field=layout__tp] .error").inner_text()
+    assert page.input_value("input[name=layout__tp]") == "8,"
+
+
 def test_custom_hardware_starts_from_the_chosen_row_after_an_error_and_after_back(web, seeded, browser):
     b200 = load_catalog()["gpu"]["B200"]
     page = browser.new_page()

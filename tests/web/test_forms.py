@@ -49,12 +49,13 @@ def test_every_field_has_a_label_and_help_and_numbers_carry_units(catalog):
     assert form.fields["node__host_gbytes_per_s"].label == "Host link bandwidth (GB/s)"
     # No label is a field name cut at its unit ("Host gbytes per (GB/s)"): the unit words are spelled out.
     assert not [f.label for f in form.fields.values() if re.search(r"gbytes|gbits|\bper \(", str(f.label))]
-    widget = form.fields["model__layers"].widget
-    assert (widget.attrs["min"], widget.attrs["max"], widget.attrs["step"]) == ("1", "2048", 1)
-    # Bounds exactly as the engine's tables give them: %g had written 16777216 as 1.67772e+07, below the bound,
-    # so the browser refused a value the engine takes.
-    assert form.fields["model__seq_len"].widget.attrs["max"] == "16777216"
-    assert form.fields["training__global_batch"].widget.attrs["max"] == "16777216"
+    assert form.fields["model__layers"].widget.attrs["title"] == "a whole number from 1 to 2048"
+    assert form.fields["num_gpus"].widget.attrs["title"] == "a whole number from 1 to 1048576"
+    assert form.fields["model__layers"].widget.input_type == "text"  # the engine reads what was typed (below)
+    # Bounds exactly as the engine's tables give them: %g had written 16777216 as 1.67772e+07, below the bound.
+    assert form.fields["model__seq_len"].widget.attrs["title"].endswith(" to 16777216")
+    assert form.fields["training__global_batch"].widget.attrs["title"].endswith(" to 16777216")
+    assert form.fields["training__tokens"].widget.attrs["inputmode"] == "decimal"  # 15e12 needs the "e"
 
 
 def test_the_training_options_show_under_headings_each_once(client, catalog):

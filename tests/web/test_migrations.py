@@ -48,3 +48,32 @@ def test_deepseek_v3_seeded_before_router_groups_gets_its_routing():
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_plans_saved_with_a_lone_surrogate_render_again(client):
+    if connection.vendor != "sqlite":
+        pytest.skip("only SQLite could store one: PostgreSQL's jsonb refuses the escape")
+    apps = migrate_to(("webui", "0009_model_router_groups"))
+    plan_model, sweep_model = apps.get_model("webui", "Plan"), apps.get_model("webui", "Sweep")
+    spec = {"model": {"name": "bad \ud800 name", "layers": 2}, "cluster": {"num_gpus": 8, "gpu": {"name": "H100"}}}
+    broken = plan_model.objects.create(spec=spec, spec_hash="a" * 64, status="failed",
+                                       result={"notes": ["\udfff"], "\ud801": 1})
+    emoji = {"model": {"name": "llama \U0001F999", "layers": 2}, "cluster": {"num_gpus": 8, "gpu": {"name": "H100"}}}
+    kept = plan_model.objects.create(spec=emoji, spec_hash="b" * 64, status="failed")
+    sweep = sweep_model.objects.create(base={"model": "x\udc00"}, vary={"cluster.num_gpus": [8]},
+                                       axes=["cluster.num_gpus"])
+    try:
+        new = migrate_to(("webui", "0010_mend_lone_surrogates"))
+        plan = new.get_model("webui", "Plan").objects.get(pk=broken.pk)
+        assert plan.spec["model"]["name"] == "bad \ufffd name"
+        assert plan.spec["cluster"] == spec["cluster"]  # the rest is as saved
+        assert plan.result == {"notes": ["\ufffd"], "\ufffd": 1}
+        assert new.get_model("webui", "Plan").objects.get(pk=kept.pk).spec == emoji  # a pair is no lone half
+        assert new.get_model("webui", "Sweep").objects.get(pk=sweep.pk).base == {"model": "x\ufffd"}
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    page = client.get(f"/plans/{broken.code}/")
+    assert page.status_code == 200
+    assert "bad \ufffd name" in page.content.decode()
