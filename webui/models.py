@@ -206,6 +206,21 @@ CATALOG_MODELS: dict[str, type[CatalogRow]] = {
 }
 
 
+class SeededRow(models.Model):
+    """A shipped catalog row (fixtures/*.json) that `catalog seed` has put in, or found, here once. Seeding adds only
+    shipped rows it has never seen, so a row an admin deleted or renamed stays so; `catalog seed --restore` puts
+    them back."""
+
+    section = models.CharField(max_length=8, help_text='"gpu" | "node" | "fabric" | "model"')
+    name = models.CharField(max_length=200, help_text="The row's name as shipped.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["section", "name"], name="seeded_row_once")]
+
+    def __str__(self) -> str:
+        return f"{self.section}: {self.name}"
+
+
 class Plan(models.Model):
     """One planning request and its answer. Shared by its UUID `code`; once done, it never changes."""
 

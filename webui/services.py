@@ -29,7 +29,7 @@ from planner.spec import text_problem
 from planner.launch import launch_configs
 
 from . import delivery, options
-from .models import CATALOG_MODELS, CatalogRow, Plan, section_errors
+from .models import CATALOG_MODELS, CatalogRow, Plan, SeededRow, section_errors
 
 logger = logging.getLogger(__name__)
 
@@ -129,12 +129,33 @@ def _messages(err: ValidationError) -> list[str]:
     return list(err.messages)
 
 
-def catalog_seed(*, directory: Path | None = None) -> dict[str, int]:
-    """Add the shipped catalog (fixtures/*.json) to the database, leaving rows someone edited alone."""
+def catalog_seed(*, directory: Path | None = None, restore: bool = False) -> dict[str, int]:
+    """Add the shipped catalog (fixtures/*.json) to the database, leaving rows someone edited alone.
+
+    A shipped row is added once (SeededRow): one an admin has since deleted or renamed is not brought back by the
+    next seed (`make run` seeds at every start), unless `restore`. Returns {"created", "updated", "unchanged",
+    "withheld"}: "withheld" counts the shipped rows left out because they were removed here."""
     rows: list[Any] = []
     for path in sorted(Path(directory or FIXTURES_DIR).glob("*.json")):
         rows.extend(json.loads(path.read_text()))
-    return catalog_import(rows=rows, update_existing=False)
+    sections = {f"webui.{model._meta.model_name}": section for section, model in CATALOG_MODELS.items()}
+
+    def key(row: Any) -> tuple[str, str] | None:
+        if isinstance(row, dict) and isinstance(row.get("fields"), dict):
+            section = sections.get(str(row.get("model", "")).lower())
+            if section is not None and isinstance(row["fields"].get("name"), str):
+                return section, row["fields"]["name"]
+        return None  # catalog_import names what is wrong with it
+
+    with transaction.atomic():
+        seen = set(SeededRow.objects.values_list("section", "name"))
+        removed = seen - {(section, name) for section, model in CATALOG_MODELS.items()
+                          for name in model.objects.values_list("name", flat=True)}
+        fresh = [row for row in rows if restore or key(row) not in removed]
+        counts = catalog_import(rows=fresh, update_existing=False)
+        SeededRow.objects.bulk_create([SeededRow(section=k[0], name=k[1]) for k in map(key, fresh)
+                                       if k is not None and k not in seen], ignore_conflicts=True)
+    return counts | {"withheld": len(rows) - len(fresh)}
 
 
 # ---------------------------------------------------------------------------------------------------------

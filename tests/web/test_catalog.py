@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from io import StringIO
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.django_db
 
 def test_seeding_loads_every_fixture_row_and_is_idempotent(seeded):
     assert seeded["created"] == sum(len(v) for v in load_catalog().values())
-    assert services.catalog_seed() == {"created": 0, "updated": 0, "unchanged": seeded["created"]}
+    assert services.catalog_seed() == {"created": 0, "updated": 0, "unchanged": seeded["created"], "withheld": 0}
 
 
 def test_the_database_catalog_is_what_the_engine_reads_from_the_fixtures(seeded):
@@ -176,3 +177,17 @@ def test_import_says_a_missing_figure_once(db):
     with pytest.raises(ValidationError) as info:
         services.catalog_import(rows=[row])
     assert info.value.messages == ["row 1 (x): memory_gib: is required"]
+
+
+def test_a_shipped_row_deleted_or_renamed_here_is_not_seeded_again(seeded):
+    # `make run` seeds at every start: a row an admin removed came back each time
+    GPUType.objects.filter(name="H800 SXM5 80GB").delete()
+    NodeType.objects.filter(name="DGX A100").update(name="our DGX A100s")
+    again = services.catalog_seed()
+    assert again == {"created": 0, "updated": 0, "unchanged": seeded["created"] - 2, "withheld": 2}
+    assert not GPUType.objects.filter(name="H800 SXM5 80GB").exists()
+    assert list(NodeType.objects.filter(name__contains="DGX A100").values_list("name", flat=True)) == ["our DGX A100s"]
+    out = StringIO()
+    call_command("catalog", "seed", "--restore", stdout=out)
+    assert "2 created" in out.getvalue()
+    assert GPUType.objects.filter(name="H800 SXM5 80GB").exists() and NodeType.objects.filter(name="DGX A100").exists()

@@ -13,17 +13,20 @@ from webui import services
 
 
 class Command(BaseCommand):
-    help = "seed: add fixtures/*.json rows missing by name; export [FILE]: write the catalog; import FILE: load one."
+    help = ("seed: add the fixtures/*.json rows never added before (--restore: also those deleted or renamed here); "
+            "export [FILE]: write the catalog; import FILE: load one.")
 
     def add_arguments(self, parser):
         parser.add_argument("action", choices=["seed", "export", "import"])
         parser.add_argument("file", nargs="?", help="JSON file (export: default stdout)")
         parser.add_argument("--keep-existing", action="store_true", help="import: do not overwrite rows by name")
+        parser.add_argument("--restore", action="store_true",
+                            help="seed: also add back shipped rows that were deleted or renamed here")
 
-    def handle(self, *args, action: str, file: str | None, keep_existing: bool, **options):
+    def handle(self, *args, action: str, file: str | None, keep_existing: bool, restore: bool, **options):
         try:
             if action == "seed":
-                self._report(services.catalog_seed())
+                self._report(services.catalog_seed(restore=restore))
             elif action == "export":
                 text = json.dumps(services.catalog_export(), indent=1, ensure_ascii=False)
                 Path(file).write_text(text + "\n") if file else sys.stdout.write(text + "\n")
@@ -39,3 +42,6 @@ class Command(BaseCommand):
 
     def _report(self, counts: dict[str, int]) -> None:
         self.stdout.write("catalog: {created} created, {updated} updated, {unchanged} unchanged".format(**counts))
+        if counts.get("withheld"):
+            self.stdout.write(f"catalog: {counts['withheld']} shipped rows deleted or renamed here left out "
+                              "(catalog seed --restore adds them back)")
