@@ -677,7 +677,8 @@ def _section(data: Any, path: str, spec_fields: tuple[Field, ...], errs: _Collec
 def _hardware(data: Any, path: str, spec_fields: tuple[Field, ...], table: Mapping[str, Mapping] | None,
               errs: _Collector) -> dict[str, Any] | None:
     """A hardware entry is either the name of a catalog entry or an inline object; an inline object whose name
-    is in the catalog inherits the fields it leaves out (e.g. sm_count) from that entry."""
+    is in the catalog inherits the fields it leaves out (e.g. sm_count) from that entry, and is named
+    "NAME (modified)" where it changes any of them."""
     # A name that cannot be text is refused before the catalog is searched (a database cannot be queried for it);
     # an inline object's name is then refused with its other fields.
     problem = text_problem(data) if isinstance(data, str) else None
@@ -691,19 +692,42 @@ def _hardware(data: Any, path: str, spec_fields: tuple[Field, ...], table: Mappi
             hint = f" (known: {', '.join(names[:20])})" if names else " (no catalog available)"
             errs.add(path, f"unknown catalog name {data[:60]!r}{hint}")
             return None
-        data = entry
-    elif (isinstance(data, Mapping) and isinstance(data.get("name"), str) and not text_problem(data["name"])
-          and data["name"].strip() in (table or {})):
-        data = {**table[data["name"].strip()], **{k: v for k, v in data.items() if v is not None}}
-    return _section(data, path, spec_fields, errs)
+        return _section(entry, path, spec_fields, errs)
+    row = _catalog_row_named(data, table)
+    if row is not None:
+        data = {**row, **{k: v for k, v in data.items() if v is not None}}
+    return _renamed_if_changed(_section(data, path, spec_fields, errs), row, spec_fields)
 
 
 def _model(data: Any, presets: Mapping[str, Mapping] | None, errs: _Collector) -> dict[str, Any] | None:
     """The model: an inline object, or the name of a catalog preset ("Llama 3 70B"), read as the preset's fields.
-    An inline object is taken as written (a custom model may share a preset's name); only a name is looked up."""
+    An inline object is taken as written, inheriting nothing; one that carries a preset's name with other values
+    is named "NAME (modified)", as a hardware entry is."""
     if isinstance(data, str):
         return _hardware(data, "model", MODEL_FIELDS, presets, errs)
-    return _section(data, "model", MODEL_FIELDS, errs)
+    return _renamed_if_changed(_section(data, "model", MODEL_FIELDS, errs), _catalog_row_named(data, presets),
+                               MODEL_FIELDS)
+
+
+def _catalog_row_named(data: Any, table: Mapping[str, Mapping] | None) -> Mapping[str, Any] | None:
+    """The catalog row whose name an inline object carries, if any."""
+    if isinstance(data, Mapping) and isinstance(data.get("name"), str) and not text_problem(data["name"]):
+        return (table or {}).get(data["name"].strip())
+    return None
+
+
+def _renamed_if_changed(section: dict[str, Any] | None, row: Mapping[str, Any] | None,
+                        spec_fields: tuple[Field, ...]) -> dict[str, Any] | None:
+    """An inline `section` that carries the name of catalog `row` but not all of its values: named "NAME (modified)"
+    (modified_name), so that a plan never names hardware or a model it does not describe. The form and sweeps
+    name such a section so before the engine sees it; now the JSON API and the CLI do as well, and the same
+    request made three ways is one plan."""
+    if section is None or row is None:
+        return section
+    stored = _section(row, "catalog", spec_fields, _Collector())  # the row as the engine reads it: 8 == 8.0
+    if all(section.get(f.name) == stored.get(f.name) for f in spec_fields if f.name != "name"):
+        return section
+    return section | {"name": modified_name(section["name"])}
 
 
 def _upgrade_training(data: Any) -> Any:

@@ -10,14 +10,13 @@ fields from the chosen row and switches to "custom" when someone edits one.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cached_property
 from typing import Any
 
 from django import forms
 
 from planner import PlanSpec, SpecError, stacks
 from planner.catalog import Catalog
-from planner.spec import MAX_GPUS, REQUIRED, SECTIONS, Field, as_number, fmt_number, modified_name
+from planner.spec import MAX_GPUS, REQUIRED, SECTIONS, Field, fmt_number
 
 from . import options, services
 
@@ -117,9 +116,11 @@ def _form_field(f: Field, *, searchable: bool) -> forms.Field:
     blank "search" choice."""
     common = {"label": field_label(f), "help_text": f.help or FALLBACK_HELP.get(f.name, ""), "required": False,
               "initial": _as_choice(engine_default(f)) if searchable else engine_default(f)}
-    if f.choices or (f.kind is bool and searchable):
+    if f.choices or (f.kind is bool and (searchable or f.default is None)):
         options = [(c, c) for c in f.choices] if f.choices else [("true", "yes"), ("false", "no")]
-        blank = [("", "search")] if searchable else []
+        # A yes/no whose default the engine derives (dropout: on for a GPT-style MLP) needs a third state, which a
+        # checkbox cannot post: unticked would be an explicit "no" where the API and the CLI take the default.
+        blank = [("", "search")] if searchable else [("", "default")] if f.kind is bool else []
         return forms.ChoiceField(choices=blank + options, **common)
     if f.kind is bool:
         return forms.BooleanField(**common)
@@ -167,10 +168,6 @@ class PlanForm(forms.Form):
             required=False, widget=forms.HiddenInput,  # any value that names no stack is ignored, never an error
             initial=self.initial.get("training__framework") or stacks.GENERIC,
             help_text="The training stack whose settings the option fields show.")
-        # The plan whose copy the page edits ("edit a copy"), if any: a custom section still holding that plan's
-        # own values keeps its name (_custom_values), so submitting a copy unchanged asks for the same plan.
-        self.fields["copy_of"] = forms.CharField(required=False, widget=forms.HiddenInput, max_length=40,
-                                                 help_text="The plan this page edits a copy of.")
         self.fields["num_gpus"] = forms.CharField(
             label="GPUs", max_length=40, required=False, help_text="GPUs in the job: a multiple of GPUs per node.",
             widget=number_input(True, 1, MAX_GPUS))
@@ -256,10 +253,10 @@ class PlanForm(forms.Form):
         cluster: dict[str, Any] = {"num_gpus": self._value("num_gpus")}
         for hw in HARDWARE:
             choice = self.cleaned_data.get(hw)
-            cluster[hw] = self._custom_values(hw, inherits=True) if choice == CUSTOM else choice
+            cluster[hw] = self._section_values(hw) if choice == CUSTOM else choice
         layout = {k: v for k, v in self._section_values("layout").items() if v is not None}
         return {
-            "model": self._custom_values("model") if preset == CUSTOM else dict(self.catalog["model"][preset]),
+            "model": self._section_values("model") if preset == CUSTOM else dict(self.catalog["model"][preset]),
             "training": self._stack_filled(self._section_values("training")),
             "cluster": cluster,
             "layout": layout,
@@ -277,39 +274,6 @@ class PlanForm(forms.Form):
     def _value(self, name: str) -> Any:
         value = self.cleaned_data.get(name)
         return None if value == "" else value
-
-    def _custom_values(self, prefix: str, inherits: bool = False) -> dict[str, Any]:
-        """A custom section's values. One that still carries a catalog row's name (the fields start from the row
-        chosen before) but no longer has the row's values is renamed "<name> (modified)": a plan must not name
-        hardware or a model it does not describe. A hardware section keeps the numbers it had, since the engine
-        would have filled its empty fields from the row of that name (`inherits`)."""
-        values = self._section_values(prefix)
-        name = values.get("name")
-        row = self.catalog[prefix].get(name) if isinstance(name, str) else None
-        if row is None:
-            return values
-        copied = self._copied_section(prefix)
-        if copied and copied.get("name") == name and all(_same(values.get(k), v) for k, v in copied.items()
-                                                         if k in values):
-            return values  # the copied plan's own section, as it was saved: its name is the plan's, kept
-        if inherits:
-            values = {k: row.get(k) if v is None else v for k, v in values.items()}
-        if all(_same(values.get(k), v) for k, v in row.items() if k in values):
-            return values
-        return values | {"name": modified_name(name)}
-
-    @cached_property
-    def _copied_spec(self) -> dict[str, Any] | None:
-        """The saved spec of the plan this page edits a copy of (one query, whatever the custom sections)."""
-        return services.plan_spec(code=self.cleaned_data.get("copy_of"))
-
-    def _copied_section(self, prefix: str) -> dict[str, Any] | None:
-        """The section `prefix` of the plan this page edits a copy of, as saved; None without one."""
-        spec = self._copied_spec
-        if spec is None:
-            return None
-        section = spec.get("model") if prefix == "model" else (spec.get("cluster") or {}).get(prefix)
-        return section if isinstance(section, dict) else None
 
     def _section_values(self, prefix: str) -> dict[str, Any]:
         return {f.name: self._value(f"{prefix}__{f.name}") for f in SECTIONS[SECTION_OF[prefix]]}
@@ -359,7 +323,8 @@ def initial_for(catalog: Catalog, spec: dict[str, Any] | None = None) -> dict[st
         if fields is None:
             choices["model_preset" if key == "model" else key] = CUSTOM
             continue
-        initial.update({f"{key}__{k}": v for k, v in fields.items() if v is not None})
+        initial.update({f"{key}__{k}": _as_choice(v) if k in DERIVED_YES_NO else v
+                        for k, v in fields.items() if v is not None})
     return initial | choices
 
 
@@ -374,13 +339,6 @@ def catalog_choice(rows: Mapping[str, Any], preferred: str) -> str | None:
     return min(rows, default=None)
 
 
-def _same(typed: Any, stored: Any) -> bool:
-    """A posted value (text) against a catalog value: numbers by value, so "8" and "900.0" match 8 and 900."""
-    if isinstance(stored, (int, float)) and not isinstance(stored, bool) and isinstance(typed, str):
-        return as_number(typed) == stored
-    return typed == stored
-
-
 def _catalog_match(table: dict[str, dict[str, Any]], fields: dict[str, Any] | None) -> str:
     """The catalog row a saved section came from, if it still has those values; otherwise "custom"."""
     if not fields:
@@ -389,6 +347,11 @@ def _catalog_match(table: dict[str, dict[str, Any]], fields: dict[str, Any] | No
     if row is not None and all(fields.get(k) == v for k, v in row.items()):
         return row.get("name", fields["name"])
     return CUSTOM
+
+
+# Yes/no fields whose default the engine derives: a choice of default, yes or no on the form (_form_field).
+DERIVED_YES_NO = frozenset(f.name for section in ("model", "cluster.gpu", "cluster.node", "cluster.fabric")
+                           for f in SECTIONS[section] if f.kind is bool and f.default is None)
 
 
 def _as_choice(value: Any) -> Any:

@@ -337,16 +337,6 @@ def plan_retry(*, plan: Plan) -> Plan:
     return plan_create(spec=parse_spec(plan.spec), top=plan.top, sources=plan.option_sources)
 
 
-def plan_spec(*, code: Any) -> dict[str, Any] | None:
-    """The saved spec of the plan with this code; None for no such plan or a code that is not one."""
-    try:
-        code = uuid.UUID(str(code))
-    except ValueError:
-        return None
-    plan = Plan.objects.filter(code=code).only("spec").first()
-    return plan.spec if plan is not None else None
-
-
 def plan_queue_position(*, plan: Plan) -> int:
     """How many queued plans of its broker queue were asked for before this one (delivery.plan_queue)."""
     return delivery.plan_queue_position(plan=plan)

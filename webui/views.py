@@ -29,7 +29,7 @@ def plan_new(request: HttpRequest) -> HttpResponse:
     else:
         source = Plan.objects.filter(code=request.GET["from"]).first() if _is_uuid(request.GET.get("from")) else None
         initial = initial_for(catalog, source.spec if source else None)
-        form = PlanForm(catalog=catalog, initial=initial | ({"copy_of": str(source.code)} if source else {}))
+        form = PlanForm(catalog=catalog, initial=initial)
     return render(request, "webui/plan_form.html", {"form": form, "catalog": catalog})
 
 

@@ -230,7 +230,7 @@ def test_a_reader_that_stops_early_ends_the_command_quietly():
     out = subprocess.run(["bash", "-c", 'set -o pipefail; "$0" -m planner plan "$1" --format table --top 1000 | '
                           "head -n 1", sys.executable, str(spec)], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
-    assert out.stdout.startswith("GPT-3 175B: ") and out.stdout.count("\n") == 1
+    assert out.stdout.startswith("GPT-3 175B (modified): ") and out.stdout.count("\n") == 1
     assert out.stderr == ""  # no BrokenPipeError, no traceback
     assert out.returncode == 141  # as `yes | head` ends under pipefail: stopped by the closed pipe
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from planner.spec import REQUIRED, SECTIONS
+from planner.spec import REQUIRED, SECTIONS, parse_spec
 from webui import services
 from webui.forms import CUSTOM, EXAMPLE, PREFIX, TRAINING_GROUPS, PlanForm, initial_for
 from webui.models import Plan
@@ -281,7 +281,7 @@ def test_an_untouched_form_still_plans_when_the_admin_renamed_its_example_rows(c
 
 def test_a_copy_submitted_unchanged_is_the_same_request(client, catalog):
     # The README's example names its inline model "GPT-3 175B", like the preset, with other values (untied
-    # embeddings): the API keeps the name; "edit a copy" once renamed it "GPT-3 175B (modified)" and searched anew.
+    # embeddings): the engine names it "GPT-3 175B (modified)", and the copy, unchanged, is the same request.
     import json
 
     from .conftest import ROOT
@@ -289,12 +289,49 @@ def test_a_copy_submitted_unchanged_is_the_same_request(client, catalog):
     doc = json.loads((ROOT / "examples" / "gpt3-175b-a100-1024.json").read_text())
     response = client.post("/api/plans", doc, content_type="application/json")
     original = Plan.objects.get(code=response.json()["code"])
+    assert original.spec["model"]["name"] == "GPT-3 175B (modified)"
     page = BrowserForm()
     page.feed(client.get(f"/?from={original.code}").content.decode())
-    assert page.data["copy_of"] == str(original.code) and page.data["model_preset"] == CUSTOM
+    assert page.data["model_preset"] == CUSTOM
     assert client.post("/", page.data).status_code == 302
     copy = Plan.objects.exclude(pk=original.pk).get()
-    assert copy.spec == original.spec and copy.spec["model"]["name"] == "GPT-3 175B"
-    # Edited, the copy no longer describes what the name says: renamed, as a catalog row edited in the form.
-    assert client.post("/", page.data | {"model__layers": "48"}).status_code == 302
-    assert Plan.objects.latest("created_at").spec["model"]["name"] == "GPT-3 175B (modified)"
+    assert copy.spec == original.spec
+
+
+def test_a_custom_gpt_style_model_gets_the_engines_dropout_as_the_api_does(client, catalog):
+    # The form starts a custom model from Llama 3 70B (no dropout); a checkbox left unticked posted an explicit
+    # "no" for a GPT-style model the API and the CLI train with dropout (the engine's default for it).
+    page = BrowserForm()
+    page.feed(client.get("/").content.decode())
+    assert page.data["model__dropout"] == ""  # "default"
+    typed = {"name": "MyGPT 13B", "layers": 40, "hidden": 5120, "heads": 40, "vocab": 50257, "seq_len": 2048}
+    data = page.data | {"model_preset": CUSTOM, "model__kv_heads": "", "model__ffn_hidden": ""}
+    data |= {f"model__{k}": str(v) for k, v in typed.items()}
+    data.pop("model__gated_mlp")  # unticked
+    form = PlanForm(data, catalog=catalog)
+    assert form.is_valid(), form.errors
+    assert form.spec.model == parse_spec({"model": typed, "training": {"global_batch": 1}, "cluster": {
+        "num_gpus": 8, "gpu": "H100 SXM5 80GB", "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"}},
+        catalog).model
+    assert form.spec.model.dropout is True
+    no = PlanForm(data | {"model__dropout": "false"}, catalog=catalog)
+    assert no.is_valid() and no.spec.model.dropout is False
+    assert initial_for(catalog, {"model": {"name": "x", "dropout": True}})["model__dropout"] == "true"
+
+
+def test_an_inline_row_with_a_catalog_name_and_other_values_is_named_modified(client, catalog):
+    # The API used to fill the row's other constants and keep its name: a 64 GiB "H100 SXM5 80GB" plan, and not
+    # the same request as the form's "H100 SXM5 80GB (modified)" for the same values.
+    doc = {"model": "Llama 3 70B", "training": {"global_batch": 512},
+           "cluster": {"num_gpus": 512, "gpu": {"name": "H100 SXM5 80GB", "memory_gib": 64},
+                       "node": {"name": "DGX H100", "nics": 8}, "fabric": "NDR InfiniBand fat tree"}}
+    spec = parse_spec(doc, catalog)
+    assert spec.cluster.gpu.name == "H100 SXM5 80GB (modified)" and spec.cluster.gpu.memory_gib == 64
+    assert spec.cluster.gpu.gemm_efficiency == catalog["gpu"]["H100 SXM5 80GB"]["gemm_efficiency"]  # inherited
+    assert spec.cluster.node.name == "DGX H100"  # the row's own values: its name
+    form = PlanForm(post_data(catalog, gpu=CUSTOM, gpu__memory_gib="64"), catalog=catalog)
+    assert form.is_valid(), form.errors
+    assert form.spec.cluster.gpu == spec.cluster.gpu
+    model = dict(catalog["model"]["Llama 3 70B"], layers=40)
+    assert parse_spec(doc | {"model": model}, catalog).model.name == "Llama 3 70B (modified)"
+    assert parse_spec(doc | {"model": dict(catalog["model"]["Llama 3 70B"])}, catalog).model.name == "Llama 3 70B"
