@@ -71,6 +71,13 @@ def _pinned(options: list, pin) -> list:
     return options if pin is None else [pin]
 
 
+def recompute_pin(spec: PlanSpec) -> str | None:
+    """The pinned recomputation: a pinned recompute_fraction, which applies to full recomputation only, pins
+    "full" where recompute itself is left to the search (it was dropped: every plan recomputed none or some)."""
+    pin = spec.layout
+    return "full" if pin.recompute is None and pin.recompute_fraction is not None else pin.recompute
+
+
 def tp_options(spec: PlanSpec) -> list[int]:
     """Divisors of the GPU count up to 4 domains wide (wider ones are never sensible, only rejected)."""
     limit = min(spec.model.heads, 4 * spec.cluster.node.nvlink_domain_gpus)
@@ -244,7 +251,7 @@ def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejecti
     sps = _pinned([False, True] if tp > 1 else [False], pin.sequence_parallel)
     unsplit_moe = [s for s in sps if not s] if spec.model.is_moe and tp > 1 else []
     axes = (ep_options(spec, tp * cp, dp), micro_batch_options(spec, dp), vpp_options(spec, pp),
-            [RECOMPUTE_CODES[rc] for rc in _pinned(recompute_options(spec), pin.recompute)],
+            [RECOMPUTE_CODES[rc] for rc in _pinned(recompute_options(spec), recompute_pin(spec))],
             [s for s in sps if s not in unsplit_moe], [z for z in zeros if z not in sharded_under_pp])
     if math.prod(len(a) for a in axes) * len(orders) > MAX_CANDIDATES:
         axes = (axes[0], axes[1][:8], *axes[2:])  # bound the work; micro-batches beyond 8 options add nothing

@@ -210,6 +210,17 @@ def test_a_recompute_fraction_needs_full_recomputation(catalog):
         parse_spec(doc, catalog)
 
 
+def test_a_pinned_recompute_fraction_alone_pins_full_recomputation(catalog):
+    # It was dropped: every ranked layout recomputed none or some, each with no fraction.
+    from planner.report import plan
+
+    doc = llama_8b_fsdp(catalog, 8)
+    doc["layout"] = {"recompute_fraction": 0.5}
+    answer = plan(parse_spec(doc, catalog), top=50)
+    assert answer["plans"]
+    assert {(p["layout"]["recompute"], p["layout"]["recompute_fraction"]) for p in answer["plans"]} == {("full", 0.5)}
+
+
 def test_early_stopping_checkpoints_skip_the_mlp_output_projection(catalog):
     import numpy as np
 
