@@ -6,6 +6,7 @@ asks the engine, and the admin form reads the engine's field tables.
 """
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -221,6 +222,26 @@ class SeededRow(models.Model):
         return f"{self.section}: {self.name}"
 
 
+# Past 2**53 a JSON integer is no longer exact in a double, nor safe in JavaScript or most typed JSON readers.
+EXACT_INT = 2 ** 53
+
+
+def _json_int(text: str) -> int | float:
+    number = int(text)
+    return number if abs(number) <= EXACT_INT else float(number)
+
+
+class SavedJSONDecoder(json.JSONDecoder):
+    """Reads a saved spec or answer as the engine wrote it. PostgreSQL's jsonb keeps numbers as decimals and gives
+    a float the engine wrote as 3.855525483726766e+19 back as the integer 38555254837267660000, which the JSON
+    API then sent on, past any 64-bit integer; SQLite gave the float. An integer too large to be exact is a float
+    again (the engine writes none: its counts are far smaller)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("parse_int", _json_int)
+        super().__init__(*args, **kwargs)
+
+
 class Plan(models.Model):
     """One planning request and its answer. Shared by its UUID `code`; once done, it never changes."""
 
@@ -231,7 +252,8 @@ class Plan(models.Model):
         FAILED = "failed"
 
     code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    spec = models.JSONField(help_text="The canonical spec: every default filled in, catalog names expanded.")
+    spec = models.JSONField(decoder=SavedJSONDecoder,
+                            help_text="The canonical spec: every default filled in, catalog names expanded.")
     spec_hash = models.CharField(max_length=64, db_index=True,
                                  help_text="sha256 of the canonical spec JSON and the engine version.")
     top = models.PositiveSmallIntegerField(default=10, help_text="How many ranked layouts to keep.")
@@ -241,7 +263,7 @@ class Plan(models.Model):
         help_text='{spec path: "request" | "catalog" | "default"} for each modelling option (webui/options.py): '
                   "set in the request, or assumed. Empty for plans saved before it was kept.")
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED, db_index=True)
-    result = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True, decoder=SavedJSONDecoder)
     error = models.TextField(blank=True)
     reused_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reuses",

@@ -337,6 +337,20 @@ def plan_retry(*, plan: Plan) -> Plan:
     return plan_create(spec=parse_spec(plan.spec), top=plan.top, sources=plan.option_sources)
 
 
+def _rejections_by_count(result: dict[str, Any]) -> dict[str, Any]:
+    """The answer's rejection counts and examples, most common first as the engine gives them: PostgreSQL's jsonb
+    keeps an object's keys in an order of its own (shortest first)."""
+    counts = result.get("rejected")
+    if not isinstance(counts, dict):
+        return {}
+    order = sorted(counts, key=lambda k: (-counts[k] if isinstance(counts[k], (int, float)) else 0, k))
+    out: dict[str, Any] = {"rejected": {k: counts[k] for k in order}}
+    examples = result.get("rejected_examples")
+    if isinstance(examples, dict):
+        out["rejected_examples"] = {k: examples[k] for k in order if k in examples} | examples
+    return out
+
+
 def plan_queue_position(*, plan: Plan) -> int:
     """How many queued plans of its broker queue were asked for before this one (delivery.plan_queue)."""
     return delivery.plan_queue_position(plan=plan)
@@ -384,8 +398,7 @@ def plan_as_dict(*, plan: Plan, launch_rank: int = 1) -> dict[str, Any]:
         data["launch"] = plan_launch(plan=plan, rank=launch_rank)
         if isinstance(plan.result, dict):  # an answer from before the engine stated all of it gets the rest
             stated = plan_accuracy(plan=plan)
-            if stated is not plan.result.get("accuracy"):
-                data["result"] = {**plan.result, "accuracy": stated}
+            data["result"] = {**plan.result, "accuracy": stated, **_rejections_by_count(plan.result)}
     if plan.status == Plan.Status.FAILED:
         data["error"] = plan.error
     return data

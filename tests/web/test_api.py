@@ -232,3 +232,19 @@ def test_a_queued_plan_has_no_launch_configs_yet(client, seeded, small_spec):
     plan = Plan.objects.create(spec=spec, spec_hash=services.spec_hash(spec))
     body = client.get(f"/api/plans/{plan.code}?rank=7").json()
     assert body["status"] == "queued" and "launch" not in body
+
+
+def test_an_answer_reads_back_as_the_engine_wrote_it_on_either_database(client, seeded, small_spec):
+    # PostgreSQL's jsonb gave the float 3.855525483726766e+19 back as the integer 38555254837267660000 (past any
+    # 64-bit integer) and its rejection counts in an order of its own; SQLite gave them as written.
+    plan = _done_plan(small_spec)
+    result = dict(plan.result, model={**plan.result["model"], "flops_per_step": 3.855525483726766e+19},
+                  rejected={"a_rare_reason": 1, "the_commonest": 97, "zz": 12},
+                  rejected_examples={"a_rare_reason": "one", "the_commonest": "many", "zz": "some"})
+    Plan.objects.filter(pk=plan.pk).update(result=result)
+    text = client.get(f"/api/plans/{plan.code}").content.decode()
+    assert '"flops_per_step": 3.855525483726766e+19' in text and "38555254837267660000" not in text
+    body = json.loads(text)["result"]
+    assert list(body["rejected"]) == ["the_commonest", "zz", "a_rare_reason"]
+    assert list(body["rejected_examples"]) == ["the_commonest", "zz", "a_rare_reason"]
+    assert Plan.objects.get(pk=plan.pk).result["plans"][0]["rank"] == 1  # small integers stay integers
