@@ -10,10 +10,12 @@ import re
 import uuid
 from typing import Any, Callable
 
+from planner.spec import SECTIONS
 from planner.whatif.goal import SECONDS_PER_DAY
 
 from .charts import (MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, legend_below, memory_breakdown,
                      step_time_breakdown)
+from .forms import field_label
 from .models import Plan
 from .templatetags.planner_format import percent
 
@@ -62,7 +64,7 @@ def compare_sections(*, plans: list[Plan]) -> list[dict[str, Any]]:
     """[{"title", "rows": [{"label", "cells", "differs"}]}] for the compare page, in reading order."""
     bests = [_best(plan) or _unplaced(plan) for plan in plans]
     sections = [
-        ("Request", _request_rows()),
+        ("Request", _request_rows(plans)),
         ("Best layout", [(key, lambda b, k=key: (b.get("layout") or {}).get(k)) for key in LAYOUT_KEYS]),
         ("Throughput and time to train", _throughput_rows()),
         ("Step time breakdown (exposed s per step)",
@@ -106,7 +108,9 @@ def compare_figures(*, plans: list[Plan]) -> dict[str, Figure]:
 def _chart_labels(plans: list[Plan]) -> list[str]:
     """Each plan's title with the request values that tell it from the others ("..., global batch 2,048"): plans
     of one sweep often share their title, and a chart's bars must say which is which."""
-    differing = [r for r in _table(_request_rows(), plans) if r["differs"] and r["label"] not in ("status", *IN_TITLE)]
+    # A training option that differs follows from a differing stack or precision, already said: not in the labels.
+    differing = [r for r in _table(_request_rows(plans), plans)
+                 if r["differs"] and r["label"] not in ("status", *IN_TITLE) and not r["label"].startswith("training:")]
     return [plan.title + "".join(f", {r['label']} {r['cells'][i]}" for r in differing) for i, plan in enumerate(plans)]
 
 
@@ -130,15 +134,33 @@ def _unplaced(plan: Plan) -> dict[str, Any]:
     return {"memory_gib": {"capacity": capacity}} if isinstance(capacity, (int, float)) else {}
 
 
-def _request_rows() -> list[tuple[str, Callable[[Plan], Any]]]:
+def _request_rows(plans: list[Plan]) -> list[tuple[str, Callable[[Plan], Any]]]:
+    """The request's main rows, then every other spec field on which the plans differ: two plans of one name can
+    differ in what it stands for (a catalog GPU edited in the admin between them)."""
     def spec(*keys: str) -> Callable[[Plan], Any]:
         return lambda plan: _spec_at(plan, *keys)
-    return [("status", lambda p: p.status), ("model", spec("model", "name")), ("GPUs", spec("cluster", "num_gpus")),
+    rows = [("status", lambda p: p.status), ("model", spec("model", "name")), ("GPUs", spec("cluster", "num_gpus")),
             ("GPU", spec("cluster", "gpu", "name")), ("node", spec("cluster", "node", "name")),
             ("fabric", spec("cluster", "fabric", "name")), ("precision", spec("training", "precision")),
             ("training stack", spec("training", "framework")),
             ("global batch", spec("training", "global_batch")), ("sequence length", spec("model", "seq_len")),
             ("tokens to train", spec("training", "tokens"))]
+    shown = {("model", "name"), ("cluster", "num_gpus"), ("training", "precision"), ("training", "framework"),
+             ("training", "global_batch"), ("model", "seq_len"), ("training", "tokens")}
+    for section, (title, *keys) in SPEC_SECTIONS.items():
+        for f in SECTIONS[section]:
+            path = (*keys, f.name)
+            if f.name == "name" or path in shown:
+                continue
+            if len({_format(_spec_at(plan, *path)) for plan in plans}) > 1:
+                rows.append((f"{title}: {field_label(f)}", spec(*path)))
+    return rows
+
+
+# Spec section -> (its title on the compare page, its path in a stored spec)
+SPEC_SECTIONS = {"model": ("model", "model"), "training": ("training", "training"),
+                 "cluster.gpu": ("GPU", "cluster", "gpu"), "cluster.node": ("node", "cluster", "node"),
+                 "cluster.fabric": ("fabric", "cluster", "fabric")}
 
 
 def _throughput_rows() -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:

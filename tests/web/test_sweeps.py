@@ -273,6 +273,21 @@ def test_compare_charts_tell_plans_with_one_title_apart_by_what_differs(client, 
         f"#1 {a.title}, training stack megatron_core", f"#2 {b.title}, training stack torchtitan"]
 
 
+def test_compare_says_how_two_plans_of_one_gpu_name_differ(client, seeded):
+    # A catalog GPU edited in the admin between two plans: both said "H100 SXM5 80GB", nothing else differed on
+    # the page but the capacity, and the bars had one title.
+    a, b = finished_plans(client, 2)
+    spec = dict(b.spec, cluster=dict(b.spec["cluster"], num_gpus=a.spec["cluster"]["num_gpus"], gpu=dict(
+        b.spec["cluster"]["gpu"], peak_tflops=900.0)))
+    Plan.objects.filter(pk=b.pk).update(spec=spec)
+    response = client.get(f"/compare/?plans={a.code},{b.code}")
+    rows = {r["label"]: r for s in response.context["sections"] if s["title"] == "Request" for r in s["rows"]}
+    assert rows["GPU: Peak BF16 (TFLOP/s)"] == {"label": "GPU: Peak BF16 (TFLOP/s)", "cells": ["989", "900"],
+                                                "differs": True}
+    assert not rows["GPU"]["differs"] and "GPU: Memory (GiB)" not in rows  # only what differs is added
+    assert response.context["figures"]["memory"]["data"][0]["y"][1].endswith(", GPU: Peak BF16 (TFLOP/s) 900")
+
+
 def test_compare_gives_the_capacity_of_a_plan_with_no_feasible_layout(client, seeded):
     a, b = finished_plans(client, 2)
     Plan.objects.filter(pk=b.pk).update(result={"plans": [], "rejected": []})
