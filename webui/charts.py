@@ -220,7 +220,7 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
     shown, total = pm.get("gpus_shown", len(cells)), pm.get("gpus_total", len(cells))
     title = "Placement of the best plan"
     if total and shown and shown < total:
-        title += f" ({shown} of {total} GPUs shown, from the first pipeline stages)"
+        title += f" ({shown:,} of {total:,} GPUs shown, from the first pipeline stages)"
     title += ("<br><span style='font-size:12px'>GPUs by node; NVLink domains outlined; colour = pipeline stage; "
               "label = rank in its TP group and DP replica</span>")
     return {"data": data, "layout": _layout(

@@ -237,9 +237,11 @@ def plan_create(*, spec: PlanSpec, top: int = 10, sources: dict[str, str] | None
     original = plan_original(spec_hash=digest, top=top)
     if original is not None:
         now = timezone.now()
+        # One instant for all three: created_at's own default, read a moment later, fell after the other two.
         return Plan.objects.create(spec=canonical, spec_hash=digest, top=top, option_sources=sources,
                                    status=Plan.Status.DONE, result=original.result, reused_from=original,
-                                   time_limit_s=original.time_limit_s, started_at=now, finished_at=now)
+                                   time_limit_s=original.time_limit_s, created_at=now, started_at=now,
+                                   finished_at=now)
     with transaction.atomic():
         # Stamped as sent already, so the outbox sweep leaves it to this request; a broker that refuses the task
         # clears the stamp (logged, not a 500) and the sweep sends it later. Should this process die in between,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..errors import FieldError, SpecError
-from ..spec import SECTIONS, PlanSpec, fmt_number, modified_name, parse_spec
+from ..spec import SECTIONS, PlanSpec, fmt_number, modified_name, parse_spec, text_problem
 
 MAX_SCENARIOS = 1024  # the bound: a sweep is a study, not a search of its own
 MAX_AXES = 8
@@ -105,6 +105,9 @@ def scenario_doc(base: Mapping[str, Any], values: Mapping[str, Any],
         doc["model"] = copy.deepcopy(values["model"])
     rows: dict[tuple[str, ...], Mapping[str, Any]] = {}  # the catalog rows named, by the section they fill
     if isinstance(doc.get("model"), str):  # before any model.* axis, which overrides a field of the preset
+        problem = text_problem(doc["model"])
+        if problem:  # as the plans API says it, before any catalog lookup
+            raise SpecError.one("model", problem)
         preset = ((catalog or {}).get("model") or {}).get(doc["model"].strip())
         if preset is None:
             names = ", ".join(sorted((catalog or {}).get("model") or {})[:20])

@@ -418,6 +418,7 @@ def test_an_identical_request_reuses_the_finished_answer_under_its_own_code(
     assert twin.code != original.code
     assert (twin.status, twin.reused_from, twin.attempts) == ("done", original, 0)
     assert twin.result == original.result
+    assert twin.created_at == twin.started_at == twin.finished_at  # never started before it was asked for
     assert callbacks == [] and len(sent) == 1  # the original's task only
     third = services.plan_create(spec=services.spec_parse(data=small_spec))
     assert third.reused_from == original  # always the plan that searched, never a copy

@@ -335,3 +335,11 @@ def test_an_inline_row_with_a_catalog_name_and_other_values_is_named_modified(cl
     model = dict(catalog["model"]["Llama 3 70B"], layers=40)
     assert parse_spec(doc | {"model": model}, catalog).model.name == "Llama 3 70B (modified)"
     assert parse_spec(doc | {"model": dict(catalog["model"]["Llama 3 70B"])}, catalog).model.name == "Llama 3 70B"
+
+
+@pytest.mark.parametrize("url", ["/", "/sweeps/new/"])
+def test_each_field_points_screen_readers_at_its_own_help(client, url):
+    page = client.get(url).content.decode()
+    described = re.findall(r'aria-describedby="([^"]+)"', page)
+    ids = set(re.findall(r'\bid="([^"]+)"', page))
+    assert len(described) > 5 and not [d for d in described if d not in ids]

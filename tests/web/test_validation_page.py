@@ -96,6 +96,8 @@ def test_a_plan_page_states_the_error_on_comparable_published_runs(client, small
     assert stated["runs"] == cohort["modelled"] and stated["median_abs_err"] == cohort["median_abs_err"]
     page = client.get(plan.get_absolute_url()).content.decode()
     assert 'id="accuracy"' in page and "How far to trust the step time" in page
+    assert 'href="/validation/#by-cohort">How it is measured' in page  # the table the line quotes
+    assert 'id="by-cohort"' in client.get("/validation/").content.decode()
     assert stated["statement"].replace("'", "&#x27;") in page
     assert f"median over {cohort['modelled']} published H100 BF16 runs" in page
     assert f"±{round(cohort['median_abs_err'] * 100)}% on {cohort['modelled']} published runs</small>" in page
