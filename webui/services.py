@@ -339,6 +339,29 @@ def plan_retry(*, plan: Plan) -> Plan:
     return plan_create(spec=parse_spec(plan.spec), top=plan.top, sources=plan.option_sources)
 
 
+# What helps when no layout fits, by the commonest reason the layouts were rejected for (the engine's reason keys,
+# planner/search.py); any other reason gets the general advice.
+NO_LAYOUT_ADVICE = {
+    "out_of_memory": "GPUs with more memory, more GPUs, a smaller global batch or a shorter sequence",
+    "dp_does_not_divide_batch": "a larger global batch (a multiple of the data-parallel degrees the GPU count "
+                                "allows) or fewer GPUs",
+    "micro_batch_does_not_divide": "a global batch with more factors, so that a micro-batch divides each replica's share",
+    "pp_exceeds_layers": "fewer GPUs, or a model with more layers",
+    "tp_crosses_nvlink_domain": "a node with a larger NVLink domain, or fewer GPUs for each tensor-parallel group",
+    "tp_does_not_divide_heads": "a model whose attention and KV heads the tensor-parallel degree divides",
+}
+GENERAL_ADVICE = "more GPUs, GPUs with more memory, a smaller global batch or a shorter sequence"
+
+
+def plan_no_layout_advice(*, result: Any) -> str:
+    """What usually helps a request none of whose layouts fits, from its commonest rejection."""
+    counts = result.get("rejected") if isinstance(result, dict) else None
+    if not isinstance(counts, dict) or not counts:
+        return GENERAL_ADVICE
+    commonest = next(iter(_rejections_by_count(result)["rejected"]))
+    return NO_LAYOUT_ADVICE.get(commonest, GENERAL_ADVICE)
+
+
 def _rejections_by_count(result: dict[str, Any]) -> dict[str, Any]:
     """The answer's rejection counts and examples, most common first as the engine gives them: PostgreSQL's jsonb
     keeps an object's keys in an order of its own (shortest first)."""

@@ -152,6 +152,13 @@ def test_an_infeasible_request_is_an_answer_with_reasons(client, seeded):
     assert "No layout fits" in page
     assert re.search(r"<td>\d[\d,]*</td>", page)  # counts per reason
     assert plan.result["rejected"]
+    assert "GPUs with more memory, more GPUs, a smaller global batch or a shorter sequence would usually help" in page
+    # A batch too small for the GPUs: more GPUs and a smaller batch were advised, the opposite of what helps.
+    doc["model"], doc["training"]["global_batch"], doc["cluster"]["num_gpus"] = "Llama 3 70B", 1, 1_048_576
+    plan = services.plan_run(plan_id=make_plan(doc).pk)
+    assert next(iter(plan.result["rejected"])) == "dp_does_not_divide_batch"
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert "a larger global batch (a multiple of the data-parallel degrees the GPU count allows) or fewer GPUs" in page
 
 
 def test_the_form_can_start_from_a_saved_plan(client, small_spec, seeded):
