@@ -148,6 +148,11 @@ def number_input(whole: bool, lo: float | None, hi: float | None, placeholder: s
     return forms.TextInput(attrs=attrs | ({"placeholder": placeholder} if placeholder else {}))
 
 
+# A catalog row deleted or renamed in the admin while the form was open: the page shows the rows there are now.
+GONE_FROM_CATALOG = {"invalid_choice": "“%(value)s” is no longer in the catalog (deleted or renamed since this page "
+                                       "was opened): choose a row again, or “custom”"}
+
+
 class PlanForm(forms.Form):
     def __init__(self, *args: Any, catalog: Catalog, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -155,7 +160,7 @@ class PlanForm(forms.Form):
         self.spec: PlanSpec | None = None
         self.option_sources: dict[str, str] = {}  # which modelling options the person set (webui/options.py)
         self.fields["model_preset"] = forms.ChoiceField(
-            label="Model", choices=self._choices("model", "custom architecture"),
+            label="Model", choices=self._choices("model", "custom architecture"), error_messages=GONE_FROM_CATALOG,
             help_text="A preset's values are used as they are; choose “custom architecture” to type your own.")
         self._add_section("model")
         self._add_section("training")
@@ -174,7 +179,7 @@ class PlanForm(forms.Form):
         for hw, label in (("gpu", "GPU"), ("node", "Node"), ("fabric", "Fabric")):
             self.fields[hw] = forms.ChoiceField(
                 label=label, choices=self._choices(hw, f"custom {label if hw == 'gpu' else hw}"),
-                help_text="From the hardware catalog, or custom values.")
+                error_messages=GONE_FROM_CATALOG, help_text="From the hardware catalog, or custom values.")
             self._add_section(SECTION_OF[hw])
         self._add_section("layout", searchable=True)
 

@@ -343,3 +343,10 @@ def test_each_field_points_screen_readers_at_its_own_help(client, url):
     described = re.findall(r'aria-describedby="([^"]+)"', page)
     ids = set(re.findall(r'\bid="([^"]+)"', page))
     assert len(described) > 5 and not [d for d in described if d not in ids]
+
+
+def test_a_catalog_row_deleted_while_the_form_was_open_is_said_so(catalog):
+    form = PlanForm(post_data(catalog, gpu="H800 SXM5 80GB (gone)"), catalog=catalog)
+    assert not form.is_valid()
+    assert form.errors["gpu"] == ["“H800 SXM5 80GB (gone)” is no longer in the catalog (deleted or renamed since "
+                                  "this page was opened): choose a row again, or “custom”"]
