@@ -80,7 +80,9 @@ def start(args: argparse.Namespace) -> dict[str, subprocess.Popen]:
     worker = start_worker(args)
     web = subprocess.Popen(
         [str(BIN / "gunicorn"), "webui.wsgi", "--bind", f"{args.host}:{args.port}", "--workers", str(args.workers),
-         "--graceful-timeout", "3", "--access-logfile", "-"], process_group=0)
+         # No control socket: every gunicorn shares one path under ~/.gunicorn, so a second `make run` on the same
+         # account took over the first's
+         "--graceful-timeout", "3", "--access-logfile", "-", "--no-control-socket"], process_group=0)
     return {"web server": web, "worker": worker}
 
 
