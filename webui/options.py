@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from planner.spec import REQUIRED, SECTIONS, Field
+from planner.spec import REQUIRED, SECTIONS, Field, modified_name
 from planner.stacks import preset
 
 OPTION_SECTIONS = ("training", "cluster.gpu")
@@ -115,6 +115,15 @@ def plan_options(*, spec: Any, sources: Any) -> list[dict[str, Any]]:
             continue
         source = recorded.get(path) if recorded else None
         source = source if source in (REQUEST, CATALOG, STACK, DEFAULT) else None
+        row = holder.get("name") if source == CATALOG else None
         options.append({"field": path, "value": holder[name], "unit": f.unit, "source": source,
-                        "assumed": None if source is None else source != REQUEST, "help": f.help})
+                        "assumed": None if source is None else source != REQUEST, "help": f.help,
+                        "catalog_row": catalog_name(row) if isinstance(row, str) else None})
     return options
+
+
+def catalog_name(name: str) -> str:
+    """The catalog row a section's values came from: "H100 SXM5 80GB" for a GPU the request changed, which the
+    engine names "H100 SXM5 80GB (modified)" (planner.spec.modified_name)."""
+    suffix = modified_name("")
+    return name[:-len(suffix)] if name.endswith(suffix) else name

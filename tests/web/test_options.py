@@ -126,6 +126,8 @@ def test_the_plan_page_lists_each_option_with_its_value_and_marks_what_the_reque
         "fused", "assumed: the engine's default", "assumed")
     gemm = rows["cluster.gpu.gemm_efficiency"]
     assert gemm["value"] == f"{catalog['gpu'][H100]['gemm_efficiency']:g}"
+    # The request changed the GPU, so the plan names it "H100 SXM5 80GB (modified)"; the value is the row's.
+    assert plan.spec["cluster"]["gpu"]["name"] == f"{H100} (modified)"
     assert gemm["source"] == f"assumed: the catalog's value for {H100}"
     assert rows["cluster.gpu.kernel_overhead_us"]["value"] == f"{catalog['gpu'][H100]['kernel_overhead_us']:g} µs"
 
@@ -137,12 +139,13 @@ def test_the_api_answer_carries_the_same_options(client, catalog, small_spec):
     assert [o["field"] for o in client.get(f"/api/plans/{code}").json()["options"]] == [p for p, _ in option_fields()]
     assert options["training.ep_dispatch"] == {
         "field": "training.ep_dispatch", "value": "dedup", "unit": "", "source": "request", "assumed": False,
-        "help": dict(MECHANISMS)["training.ep_dispatch"].help}
+        "help": dict(MECHANISMS)["training.ep_dispatch"].help, "catalog_row": None}
     assert options["training.fp8_recipe"]["value"] == "tensorwise"
     assert (options["training.fp8_recipe"]["source"], options["training.fp8_recipe"]["assumed"]) == ("default", True)
     gemm = options["cluster.gpu.gemm_efficiency"]
     assert (gemm["value"], gemm["source"], gemm["assumed"]) == (catalog["gpu"][H100]["gemm_efficiency"], "catalog",
                                                                 True)
+    assert gemm["catalog_row"] == H100
 
 
 def test_a_reused_answer_and_a_retry_keep_their_own_requests_say(client, catalog, small_spec):
