@@ -696,7 +696,7 @@ def _hardware(data: Any, path: str, spec_fields: tuple[Field, ...], table: Mappi
     row = _catalog_row_named(data, table)
     if row is not None:
         data = {**row, **{k: v for k, v in data.items() if v is not None}}
-    return _renamed_if_changed(_section(data, path, spec_fields, errs), row, spec_fields)
+    return _section(data, path, spec_fields, errs)
 
 
 def _model(data: Any, presets: Mapping[str, Mapping] | None, errs: _Collector) -> dict[str, Any] | None:
@@ -705,8 +705,7 @@ def _model(data: Any, presets: Mapping[str, Mapping] | None, errs: _Collector) -
     is named "NAME (modified)", as a hardware entry is."""
     if isinstance(data, str):
         return _hardware(data, "model", MODEL_FIELDS, presets, errs)
-    return _renamed_if_changed(_section(data, "model", MODEL_FIELDS, errs), _catalog_row_named(data, presets),
-                               MODEL_FIELDS)
+    return _section(data, "model", MODEL_FIELDS, errs)
 
 
 def _catalog_row_named(data: Any, table: Mapping[str, Mapping] | None) -> Mapping[str, Any] | None:
@@ -716,18 +715,30 @@ def _catalog_row_named(data: Any, table: Mapping[str, Mapping] | None) -> Mappin
     return None
 
 
-def _renamed_if_changed(section: dict[str, Any] | None, row: Mapping[str, Any] | None,
-                        spec_fields: tuple[Field, ...]) -> dict[str, Any] | None:
-    """An inline `section` that carries the name of catalog `row` but not all of its values: named "NAME (modified)"
-    (modified_name), so that a plan never names hardware or a model it does not describe. The form and sweeps
-    name such a section so before the engine sees it; now the JSON API and the CLI do as well, and the same
-    request made three ways is one plan."""
-    if section is None or row is None:
-        return section
-    stored = _section(row, "catalog", spec_fields, _Collector())  # the row as the engine reads it: 8 == 8.0
-    if all(section.get(f.name) == stored.get(f.name) for f in spec_fields if f.name != "name"):
-        return section
-    return section | {"name": modified_name(section["name"])}
+def _rename_if_changed(section: dict[str, Any], row: Mapping[str, Any] | None, path: str,
+                       spec_fields: tuple[Field, ...]) -> None:
+    """An inline `section` (its derived fields filled in) that carries the name of catalog `row` but not all of its
+    values is named "NAME (modified)" (modified_name), so that a plan never names hardware or a model it does not
+    describe. The form and sweeps name such a section so before the engine sees it; the JSON API and the CLI now
+    do as well, so the same request made three ways is one plan, and a saved spec reads back unchanged."""
+    if row is None:
+        return
+    # the row as the engine reads it (8 == 8.0, derived fields filled in), so a section written out in full matches
+    stored = _derived(path, _section(row, path, spec_fields, _Collector()) or {})
+    if any(section.get(f.name) != stored.get(f.name) for f in spec_fields if f.name != "name"):
+        section["name"] = modified_name(section["name"])
+
+
+def _derived(path: str, section: dict[str, Any]) -> dict[str, Any]:
+    """`section` with the fields the engine derives from others filled in (in place), where it has them all."""
+    try:
+        if path == "model":
+            _fill_model_defaults(section)
+        elif path == "cluster.node":
+            section["nvlink_domain_gpus"] = section["nvlink_domain_gpus"] or section["gpus"]
+    except (KeyError, TypeError):  # a catalog row the engine's rules refuse: compared as it stands
+        pass
+    return section
 
 
 def _upgrade_training(data: Any) -> Any:
@@ -779,12 +790,17 @@ def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = 
     # much as it can; they need their fields present and typed.
     bad = {e.field.split(".")[0] if not e.field.startswith("cluster") else "cluster" for e in errs.errors}
     if "model" not in bad:
-        _fill_model_defaults(model)
+        _derived("model", model)
+        _rename_if_changed(model, _catalog_row_named(data.get("model"), cat.get("model")), "model", MODEL_FIELDS)
         _check_model(model, errs)
     if "training" not in bad:
         _check_training(training, errs)
     if not bad & {"cluster", "training"}:
-        node["nvlink_domain_gpus"] = node["nvlink_domain_gpus"] or node["gpus"]
+        _derived("cluster.node", node)
+        for section, key, spec_fields in ((gpu, "gpu", GPU_FIELDS), (node, "node", NODE_FIELDS),
+                                          (fabric, "fabric", FABRIC_FIELDS)):
+            _rename_if_changed(section, _catalog_row_named(cluster_data.get(key), cat.get(key)), f"cluster.{key}",
+                               spec_fields)
         _check_cluster(num_gpus, gpu, node, fabric, training, errs)
     if not bad & {"cluster", "training", "model", "layout"}:
         _check_layout(layout, num_gpus, model, training, errs)

@@ -36,6 +36,27 @@ def test_canonical_form_round_trips(gpt3_doc, catalog):
     assert parse_spec(spec.to_dict(), catalog) == spec
 
 
+def test_every_catalog_row_written_out_in_full_keeps_its_name_and_round_trips(catalog):
+    # A saved plan's spec has every field filled in, derived ones included: read back, it must be the same plan,
+    # not "NAME (modified)" (a retry or an edited copy would search again under another name).
+    for name in catalog["model"]:
+        doc = {"model": name, "training": {"global_batch": 64}, "cluster": {
+            "num_gpus": 64, "gpu": "H100 SXM5 80GB", "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"}}
+        spec = parse_spec(doc, catalog)
+        assert spec.model.name == name and parse_spec(spec.to_dict(), catalog) == spec
+    for section in ("gpu", "node", "fabric"):
+        for name in catalog[section]:
+            doc = {"model": "Llama 3 8B", "training": {"global_batch": 64},
+                   "cluster": {"num_gpus": 64, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
+                               "fabric": "NDR InfiniBand fat tree", section: name}}
+            try:
+                spec = parse_spec(doc, catalog)
+            except SpecError:
+                continue  # a row that does not fit 64 GPUs (a 72-GPU rack, a 4-GPU node and its NICs...)
+            again = parse_spec(spec.to_dict(), catalog)
+            assert again == spec and getattr(again.cluster, section).name == name
+
+
 def test_inline_hardware_inherits_catalog_fields_by_name(gpt3_doc, catalog):
     # The shared example names "A100 SXM4 80GB" inline without sm_count: the catalog entry supplies 108.
     assert parse_spec(gpt3_doc, catalog).cluster.gpu.sm_count == 108
