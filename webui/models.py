@@ -332,6 +332,9 @@ class Sweep(models.Model):
     axes = models.JSONField(default=list, help_text="The paths of `vary`, in the order given.")
     goal = models.JSONField(null=True, blank=True, help_text='{"tokens", "deadline_days", "budget"} or empty.')
     top = models.PositiveSmallIntegerField(default=10, help_text="Ranked layouts kept by each scenario's plan.")
+    client = models.CharField(max_length=64, blank=True, db_index=True,
+                              help_text="Who asked (an address): sweeps of one client share a quota of scenarios "
+                                        "waiting or running (settings.SWEEP_MAX_PENDING_PER_CLIENT).")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:

@@ -218,6 +218,12 @@ CELERY_TASK_QUEUES = (Queue(CELERY_TASK_DEFAULT_QUEUE), Queue(SWEEP_QUEUE))
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
+# Sweeps: how many scenarios of one client's sweeps may wait or run at once (two sweeps of the largest size), and
+# the request header that names the client where a proxy stands in front (e.g. X-Real-IP, which the proxy must set
+# itself); without one, the connection's address (REMOTE_ADDR).
+SWEEP_MAX_PENDING_PER_CLIENT = int(os.environ.get("SWEEP_MAX_PENDING_PER_CLIENT", "2048"))
+CLIENT_ADDRESS_HEADER = os.environ.get("CLIENT_ADDRESS_HEADER", "")
+
 # Plans: time limits sized from the spec (webui/delivery.py: plan_time_limits), leases, recovery.
 # A search costs a few microseconds per layout on a 2024 server (planner.estimate_layouts is an upper bound
 # on the layouts); PLAN_TIME_PER_LAYOUT_US allows ~20x that for a slow or busy machine.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -24,10 +25,24 @@ def sweep_new(request: HttpRequest) -> HttpResponse:
     form = SweepForm(request.POST or None, catalog=catalog, initial=sweep_initial(catalog))
     if request.method == "POST" and form.is_valid():
         try:
-            return redirect(sweeps.sweep_create(data=form.payload))
+            return redirect(sweeps.sweep_create(data=form.payload, client=client_address(request)))
         except SpecError as err:
             form.add_sweep_errors(err.as_dict())
+        except sweeps.SweepQuotaExceeded as err:
+            form.add_error(None, str(err))
+            return render(request, "webui/sweep_form.html", {"form": form}, status=429)
     return render(request, "webui/sweep_form.html", {"form": form})
+
+
+def client_address(request: HttpRequest) -> str:
+    """Who asked, for the sweep quota: the header a proxy in front sets (settings.CLIENT_ADDRESS_HEADER), else the
+    connection's address."""
+    header = settings.CLIENT_ADDRESS_HEADER
+    if header:
+        named = request.META.get("HTTP_" + header.upper().replace("-", "_"), "").split(",")[0].strip()
+        if named:
+            return named[:64]
+    return str(request.META.get("REMOTE_ADDR") or "")[:64]
 
 
 @require_safe
@@ -72,9 +87,11 @@ def api_sweeps(request: HttpRequest) -> JsonResponse:
     except ValueError as err:
         return _errors({"sweep": [f"is not valid JSON: {err}"]})
     try:
-        sweep = sweeps.sweep_create(data=data, top=_top(request))
+        sweep = sweeps.sweep_create(data=data, top=_top(request), client=client_address(request))
     except SpecError as err:
         return _errors(err.as_dict())
+    except sweeps.SweepQuotaExceeded as err:
+        return _errors({"sweep": [str(err)]}, status=429)
     body = {"code": str(sweep.code), "url": request.build_absolute_uri(sweep.get_absolute_url()),
             "status": sweeps.sweep_status(sweeps.sweep_rows(sweep=sweep)), "total": sweep.scenarios.count()}
     return JsonResponse(body, status=201)

@@ -12,6 +12,7 @@ import json
 from dataclasses import replace
 from typing import Any, Mapping
 
+from django.conf import settings
 from django.db import transaction
 from django.urls import reverse
 
@@ -38,10 +39,15 @@ ROW_FIELDS = ("plan", "status", "num_gpus", "gpu", "node", "fabric", "precision"
               "tokens_per_s", "mfu", "time_to_train_days", "gpu_hours", "cost", "meets_goal", "url")
 
 
-def sweep_create(*, data: Any, top: int = 10) -> Sweep:
+class SweepQuotaExceeded(Exception):
+    """The client's earlier sweeps still have too many scenarios waiting or running for this one (a 429)."""
+
+
+def sweep_create(*, data: Any, top: int = 10, client: str = "") -> Sweep:
     """Check the whole sweep (every scenario parsed, the goal) and then save it with one plan per scenario,
     each sent to the workers once the sweep is committed. Raises SpecError naming each problem: `vary.<path>`
-    for an axis or a scenario it makes invalid, `base.<path>`, `goal.<field>`."""
+    for an axis or a scenario it makes invalid, `base.<path>`, `goal.<field>`; SweepQuotaExceeded when the
+    `client`'s unfinished scenarios and this sweep's would pass settings.SWEEP_MAX_PENDING_PER_CLIENT."""
     if not isinstance(data, Mapping):
         raise SpecError.one("sweep", 'must be a JSON object {"base": SPEC, "vary": {PATH: [VALUES]}, "goal": {...}}')
     errors = [SpecError.one(key_name(key), "unknown field (known: base, goal, vary)")
@@ -61,10 +67,11 @@ def sweep_create(*, data: Any, top: int = 10) -> Sweep:
     if goal is not None:  # the goal's tokens are what each scenario's plan trains
         _tokens_agree(data, scenarios, goal.tokens)
         scenarios = [_with_tokens(s, goal.tokens) for s in scenarios]
+    _within_quota(client, len(scenarios))
     prices = dict(GPUType.objects.values_list("name", "price_per_gpu_hour_usd"))
     with transaction.atomic():  # the plans' tasks are sent when this commits (plan_create's on_commit)
         sweep = Sweep.objects.create(base=data["base"], vary=data["vary"], axes=list(data["vary"]),
-                                     goal=goal.as_dict() if goal else None, top=top)
+                                     goal=goal.as_dict() if goal else None, top=top, client=client[:64])
         SweepScenario.objects.bulk_create(
             SweepScenario(sweep=sweep, position=i, values=s.values,
                           plan=services.plan_create(spec=s.spec, top=top,
@@ -72,6 +79,20 @@ def sweep_create(*, data: Any, top: int = 10) -> Sweep:
                           price_per_gpu_hour_usd=prices.get(s.spec.cluster.gpu.name))
             for i, s in enumerate(scenarios))
     return sweep
+
+
+def _within_quota(client: str, adding: int) -> None:
+    """One client's sweeps may hold at most settings.SWEEP_MAX_PENDING_PER_CLIENT scenarios waiting or running:
+    the workers take sweep scenarios in turn with single plans, but without a bound one client's sweeps could keep
+    everyone else's waiting for hours. Scenarios answered at once (the same request planned before) count too: a
+    sweep is judged before its plans are made."""
+    limit = settings.SWEEP_MAX_PENDING_PER_CLIENT
+    pending = SweepScenario.objects.filter(sweep__client=client[:64],
+                                           plan__status__in=(Plan.Status.QUEUED, Plan.Status.RUNNING)).count()
+    if pending + adding > limit:
+        raise SweepQuotaExceeded(
+            f"{pending:,} scenarios of your earlier sweeps are still waiting or running, and this sweep adds "
+            f"{adding:,}: at most {limit:,} at a time. Ask again once some have finished, or vary fewer values.")
 
 
 def _tokens_agree(data: Mapping[str, Any], scenarios: list[Scenario], tokens: float) -> None:

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from webui import services
 from webui.models import GPUType, Plan, Sweep, SweepScenario
@@ -379,3 +380,33 @@ def test_a_scenario_in_time_without_a_price_says_why_it_misses_a_budget(client, 
     assert b200["time_to_train_days"] < 365 and b200["cost"] is None
     assert (b200["meets_goal"], b200["goal_note"]) == (False, "no GPU price, so no cost to hold to the budget")
     assert "no: no GPU price, so no cost to hold to the budget" in client.get(f"/sweeps/{code}/").content.decode()
+
+
+def test_one_clients_unfinished_scenarios_are_bounded_and_others_still_get_theirs(client, seeded, settings):
+    # Without a bound one client could queue sweep after sweep of 1,024 scenarios and keep every other client's
+    # sweeps waiting behind them.
+    settings.SWEEP_MAX_PENDING_PER_CLIENT = 3
+    two = {"base": BASE, "vary": {"cluster.num_gpus": [64, 128]}}
+    first = post(client, two)
+    assert first.status_code == 201
+    refused = post(client, two)
+    assert refused.status_code == 429
+    assert refused.json() == {"errors": {"sweep": [
+        "2 scenarios of your earlier sweeps are still waiting or running, and this sweep adds 2: at most 3 at a time. "
+        "Ask again once some have finished, or vary fewer values."]}}
+    assert Sweep.objects.count() == 1  # nothing saved
+    other = Client(REMOTE_ADDR="10.0.0.2")
+    assert post(other, two).status_code == 201  # another client has its own share
+    assert post(client, {"base": BASE, "vary": {"cluster.num_gpus": [256]}}).status_code == 201  # 3 of 3
+    run_plans(first.json()["code"])
+    assert post(client, two).status_code == 201  # finished scenarios no longer count (and these are answered)
+    form = {"model": "Llama 3 8B", "gpus": ["H100 SXM5 80GB"], "nodes": ["DGX H100"],
+            "fabrics": ["NDR InfiniBand fat tree"], "num_gpus": "512, 1024, 2048", "precisions": ["bf16"],
+            "global_batch": "256"}
+    page = client.post("/sweeps/new/", form)
+    assert page.status_code == 429 and "at most 3 at a time" in page.content.decode()
+    # Behind a proxy, the header it sets names the client.
+    settings.CLIENT_ADDRESS_HEADER = "X-Real-IP"
+    assert client.post("/api/sweeps", json.dumps(two), content_type="application/json",
+                       HTTP_X_REAL_IP="192.0.2.7").status_code == 201
+    assert Sweep.objects.latest("created_at").client == "192.0.2.7"
