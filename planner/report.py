@@ -1,6 +1,8 @@
 """Turn a finished search into the answer (docs/plan-spec.md): plain, JSON-native data, no numpy scalars."""
 from __future__ import annotations
 
+import math
+
 import time
 from typing import Any
 
@@ -86,6 +88,17 @@ def plan_entries(spec: PlanSpec, pc: ParamCount, ev: Evaluation, top: Layouts) -
     return [plan_entry(spec, top, j, placements[j], st, mem) for j in range(len(top))]
 
 
+def training_seconds(tokens: float, tokens_per_step: float, step_time_s: float) -> float:
+    """Seconds to train `tokens`: whole optimizer steps of `tokens_per_step` (global batch × sequence length), each
+    `step_time_s` long; the last step is a full one. Counted in integers where both are whole numbers (token
+    counts are), so that float noise never adds or drops a step."""
+    if float(tokens).is_integer() and float(tokens_per_step).is_integer():
+        steps = -(-int(tokens) // int(tokens_per_step))  # ceil of an exact division
+    else:
+        steps = math.ceil(tokens / tokens_per_step)
+    return steps * step_time_s  # steps × s per step
+
+
 def plan_entry(spec: PlanSpec, top: Layouts, j: int, placement: Placement, st: StepTimes,
                mem: MemoryBreakdown) -> dict[str, Any]:
     """Everything about the candidate of rank j + 1: row j of `top`, its step times `st` (with the per-collective
@@ -99,7 +112,7 @@ def plan_entry(spec: PlanSpec, top: Layouts, j: int, placement: Placement, st: S
     # MFU and HFU are against the dense peak of the training precision: FP8 runs against the FP8 peak.
     peak = spec.cluster.gpu.fp8_peak_tflops if tr.precision == "fp8" else spec.cluster.gpu.peak_tflops
     tokens_per_s = tr.global_batch * spec.model.seq_len / step
-    train_s = tr.tokens / tokens_per_s if tr.tokens else None
+    train_s = training_seconds(tr.tokens, tr.global_batch * spec.model.seq_len, step) if tr.tokens else None
     capacity = spec.cluster.gpu.memory_gib
     memory = {k: _r(getattr(mem, k)[j] / GIB) for k in ("weights", "gradients", "optimizer", "activations", "other")}
     total = float(mem.total[j] / GIB)

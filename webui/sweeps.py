@@ -30,7 +30,8 @@ _PLAN_KEYS = {
     "code": "plan__code", "status": "plan__status", "num_gpus": "plan__spec__cluster__num_gpus",
     "gpu": "plan__spec__cluster__gpu__name", "node": "plan__spec__cluster__node__name",
     "fabric": "plan__spec__cluster__fabric__name", "precision": "plan__spec__training__precision",
-    "spec_tokens": "plan__spec__training__tokens", "layout": "plan__result__plans__0__label",
+    "spec_tokens": "plan__spec__training__tokens", "global_batch": "plan__spec__training__global_batch",
+    "seq_len": "plan__spec__model__seq_len", "layout": "plan__result__plans__0__label",
     "step_time_s": "plan__result__plans__0__step_time_s", "tokens_per_s": "plan__result__plans__0__tokens_per_s",
     "mfu": "plan__result__plans__0__mfu",
 }
@@ -126,10 +127,11 @@ def sweep_rows(*, sweep: Sweep) -> list[dict[str, Any]]:
     rows = []
     for found in sweep.scenarios.values("values", "price_per_gpu_hour_usd", *_PLAN_KEYS.values()):
         plan = {key: found[path] for key, path in _PLAN_KEYS.items()}
-        spec_tokens = plan.pop("spec_tokens")
+        spec_tokens, batch, seq_len = plan.pop("spec_tokens"), plan.pop("global_batch"), plan.pop("seq_len")
         values = {axis: found["values"].get(axis) for axis in sweep.axes}  # in axis order (jsonb sorts keys)
+        per_step = batch * seq_len if isinstance(batch, (int, float)) and isinstance(seq_len, (int, float)) else None
         row = {"values": values, "plan": str(plan.pop("code")), **plan,
-               **outcome(tokens_per_s=plan["tokens_per_s"], num_gpus=plan["num_gpus"],
+               **outcome(step_time_s=plan["step_time_s"], tokens_per_step=per_step, num_gpus=plan["num_gpus"],
                          tokens=goal.tokens if goal else spec_tokens,
                          price_per_gpu_hour=found["price_per_gpu_hour_usd"])}
         row["url"] = reverse("plan-detail", args=[row["plan"]])

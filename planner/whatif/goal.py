@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..errors import FieldError, SpecError
+from ..report import training_seconds
 from ..spec import as_number, fmt_number
 from .sweep import key_name
 
@@ -66,13 +67,14 @@ def _positive(value: Any, field: str, hi: float, unit: str, errors: list[FieldEr
     return number
 
 
-def outcome(*, tokens_per_s: float | None, num_gpus: int, tokens: float | None,
+def outcome(*, step_time_s: float | None, tokens_per_step: float | None, num_gpus: int, tokens: float | None,
             price_per_gpu_hour: float | None) -> dict[str, float | None]:
-    """Time to train (days), GPU-hours and cost (USD) of training `tokens` at `tokens_per_s` on `num_gpus`.
+    """Time to train (days), GPU-hours and cost (USD) of training `tokens` in whole steps of `tokens_per_step`
+    tokens and `step_time_s` seconds on `num_gpus`, as the plan's page gives them (planner.report.training_seconds).
     None where an input is missing (no feasible layout, no token count, no price)."""
-    if not tokens_per_s or tokens is None:
+    if not step_time_s or not tokens_per_step or tokens is None:
         return {"time_to_train_days": None, "gpu_hours": None, "cost": None}
-    days = tokens / tokens_per_s / SECONDS_PER_DAY      # tokens / (tokens/s) = s; / 86,400 s per day
+    days = training_seconds(tokens, tokens_per_step, step_time_s) / SECONDS_PER_DAY  # s / 86,400 s per day
     gpu_hours = num_gpus * days * 24.0                   # GPUs × hours
     cost = gpu_hours * price_per_gpu_hour if price_per_gpu_hour is not None else None  # GPU-h × USD/GPU-h
     return {"time_to_train_days": _r(days), "gpu_hours": _r(gpu_hours), "cost": _r(cost) if cost is not None else None}

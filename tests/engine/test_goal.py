@@ -7,17 +7,24 @@ from planner import SpecError
 from planner.whatif.goal import Goal, best, meets, outcome, pareto_front, parse_goal
 
 
-def test_time_gpu_hours_and_cost_follow_from_tokens_per_second():
-    # 15T tokens at 1.5M tokens/s = 1e7 s = 115.74 days; × 1,024 GPUs × 24 h = 2,844,444 GPU-hours.
-    out = outcome(tokens_per_s=1.5e6, num_gpus=1024, tokens=15e12, price_per_gpu_hour=2.0)
+def test_time_gpu_hours_and_cost_follow_from_whole_steps():
+    # 15T tokens in steps of 15M tokens = 1e6 steps of 10 s = 1e7 s = 115.74 days; × 1,024 GPUs × 24 h =
+    # 2,844,444 GPU-hours.
+    out = outcome(step_time_s=10.0, tokens_per_step=15e6, num_gpus=1024, tokens=15e12, price_per_gpu_hour=2.0)
     assert out["time_to_train_days"] == pytest.approx(1e7 / 86400, rel=1e-5)
     assert out["gpu_hours"] == pytest.approx(1e7 * 1024 / 3600, rel=1e-5)
     assert out["cost"] == pytest.approx(2 * 1e7 * 1024 / 3600, rel=1e-5)
+    # A part of a step is a whole step: 1 token takes one step, 15e6 + 1 tokens two.
+    assert outcome(step_time_s=10.0, tokens_per_step=15e6, num_gpus=8, tokens=1,
+                   price_per_gpu_hour=None)["time_to_train_days"] == pytest.approx(10 / 86400, rel=1e-5)
+    assert outcome(step_time_s=10.0, tokens_per_step=15e6, num_gpus=8, tokens=15e6 + 1,
+                   price_per_gpu_hour=None)["time_to_train_days"] == pytest.approx(20 / 86400, rel=1e-5)
 
 
 def test_without_a_price_or_a_layout_the_unknowns_are_none():
-    assert outcome(tokens_per_s=1e6, num_gpus=8, tokens=1e12, price_per_gpu_hour=None)["cost"] is None
-    assert outcome(tokens_per_s=None, num_gpus=8, tokens=1e12, price_per_gpu_hour=2.0) == {
+    assert outcome(step_time_s=1.0, tokens_per_step=1e6, num_gpus=8, tokens=1e12,
+                   price_per_gpu_hour=None)["cost"] is None
+    assert outcome(step_time_s=None, tokens_per_step=1e6, num_gpus=8, tokens=1e12, price_per_gpu_hour=2.0) == {
         "time_to_train_days": None, "gpu_hours": None, "cost": None}
 
 
@@ -58,3 +65,15 @@ def test_a_bad_goal_names_each_field():
     assert parse_goal({"tokens": "15e12", "deadline_days": 90}).as_dict() == {"tokens": 15e12, "deadline_days": 90}
     with pytest.raises(SpecError):
         parse_goal([1])
+
+
+def test_a_plans_time_to_train_is_whole_steps(gpt3_doc, catalog):
+    from planner import parse_spec
+    from planner.report import plan
+
+    gpt3_doc["training"]["tokens"] = 1  # less than one step's 1536 × 2048 tokens: still one whole step
+    best = plan(parse_spec(gpt3_doc, catalog), top=1)["plans"][0]
+    assert best["time_to_train_s"] == pytest.approx(best["step_time_s"], rel=1e-5)  # 6 digits
+    gpt3_doc["training"]["tokens"] = 1536 * 2048 * 1000 + 1
+    best = plan(parse_spec(gpt3_doc, catalog), top=1)["plans"][0]
+    assert best["time_to_train_s"] == pytest.approx(1001 * best["step_time_s"], rel=1e-5)
