@@ -17,7 +17,8 @@ The Plan row is the source of truth, the broker only a doorbell:
 - `plans_recover`, run by every worker every PLAN_RECOVER_EVERY_S (webui/celery.py) and by
   `manage.py plans_recover`, puts lapsed leases (the worker died mid-search) back in the queue, fails plans
   whose search was cut off PLAN_MAX_ATTEMPTS times, and sends the outbox: plans never sent, and plans sent long
-  ago but never started (a broker that restarted without its data lost them).
+  ago but never started while their broker queue holds fewer messages than plans sent to it (a broker that
+  restarted without its data lost them; a long queue alone is no reason to send a plan twice).
 
 None of this relies on the broker redelivering: Celery's filesystem broker cannot, Redis does only after its
 visibility timeout. Leases compare machine clocks, which must agree to well within PLAN_TIME_GRACE_S (NTP).
@@ -33,6 +34,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
+from kombu.exceptions import ChannelError
 
 import planner
 from planner import PlanSpec
@@ -213,6 +215,45 @@ def _plan_give_back_now(*, plan_id: int, held: QuerySet[Plan], send: bool) -> st
     return "requeued" if requeued else ("sent" if sent else "")
 
 
+def _lost_messages(queued: QuerySet[Plan], before: Any, limit: int) -> list[Plan]:
+    """Plans sent before `before` and still queued whose message the broker seems to have lost (a restart without
+    its data, a torn file skipped): as many of the longest-waiting as its queue holds fewer messages than plans sent
+    to it. A plan that is only waiting its turn behind a long queue is not sent again: every 2 minutes, each of the
+    2,048 scenarios of two big sweeps was, so duplicates multiplied in the queue and workers spent minutes taking
+    messages of plans already done. Where the broker cannot say how many it holds, every such plan is due."""
+    stale = queued.filter(dispatched_at__lt=before)
+    if limit <= 0 or not stale.exists():
+        return []
+    scenarios = SweepScenario.objects.values("plan_id")
+    due: list[Plan] = []
+    for queue, of_queue in ((settings.SWEEP_QUEUE, Q(pk__in=scenarios)),
+                            (settings.CELERY_TASK_DEFAULT_QUEUE, ~Q(pk__in=scenarios))):
+        waiting = stale.filter(of_queue)
+        if len(due) >= limit or not waiting.exists():
+            continue
+        held = broker_backlog(queue)
+        sent_to_it = queued.filter(of_queue, dispatched_at__isnull=False).count()
+        missing = sent_to_it if held is None else sent_to_it - held
+        due += list(waiting.order_by("dispatched_at")[:max(0, min(missing, limit - len(due)))])
+    return due
+
+
+def broker_backlog(queue: str) -> int | None:
+    """How many messages wait in the broker's `queue` (the filesystem broker's files, a Redis list's length); None
+    when the broker cannot be asked. Messages a worker has taken but not finished are not counted: their plans
+    may be sent again once, which claiming makes harmless."""
+    try:
+        with app.connection_for_read() as conn:
+            with conn.channel() as channel:
+                try:
+                    return int(channel.queue_declare(queue=queue, passive=True).message_count)
+                except ChannelError:  # Redis keeps no key for an empty queue: "no such queue" is none waiting
+                    return 0
+    except Exception as err:  # the broker is down or unreachable: the caller sends what it cannot rule out
+        logger.info("could not count the messages waiting on %s (%s: %s)", queue, type(err).__name__, err)
+        return None
+
+
 def plans_recover(*, limit: int = 500) -> dict[str, int]:
     """One sweep: lapsed leases back to the queue (or failed, after PLAN_MAX_ATTEMPTS), then send the outbox.
     Safe to run from any number of processes at once. Returns {"requeued", "failed", "sent", "unsent"}.
@@ -233,9 +274,9 @@ def plans_recover(*, limit: int = 500) -> dict[str, int]:
                   "the search smaller, or ask your operator to look at the workers' logs.")
         requeued = lapsed.update(status=Plan.Status.QUEUED, lease_token=None, lease_expires_at=None,
                                  dispatched_at=None)
-    outbox = Plan.objects.filter(status=Plan.Status.QUEUED).filter(
-        Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=now - timedelta(seconds=settings.PLAN_RESEND_AFTER_S)))
-    due = list(outbox.order_by("created_at").only("dispatched_at", "time_limit_s")[:limit])
+    queued = Plan.objects.filter(status=Plan.Status.QUEUED).only("dispatched_at", "time_limit_s")
+    due = list(queued.filter(dispatched_at__isnull=True).order_by("created_at")[:limit])
+    due += _lost_messages(queued, now - timedelta(seconds=settings.PLAN_RESEND_AFTER_S), limit - len(due))
     sent = sum(plan_dispatch(plan=plan) for plan in due)
     counts = {"requeued": requeued, "failed": failed, "sent": sent, "unsent": len(due) - sent}
     if any(counts.values()):

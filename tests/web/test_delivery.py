@@ -380,11 +380,42 @@ def test_the_outbox_sends_plans_the_broker_refused_once_it_is_back(seeded, small
     assert not plan.is_waiting_for_broker
 
 
-def test_a_plan_sent_long_ago_and_never_started_is_sent_again(queued, sent, settings):
+def test_a_plan_sent_long_ago_and_never_started_is_sent_again(queued, sent, settings, monkeypatch):
+    monkeypatch.setattr(delivery, "broker_backlog", lambda queue: 0)  # the broker holds no message for it
     Plan.objects.filter(pk=queued.pk).update(dispatched_at=ago(settings.PLAN_RESEND_AFTER_S - 5))
     assert delivery.plans_recover()["sent"] == 0  # maybe just a long queue
     Plan.objects.filter(pk=queued.pk).update(dispatched_at=ago(settings.PLAN_RESEND_AFTER_S + 1))
     assert delivery.plans_recover()["sent"] == 1  # the broker lost it (a restart without persistence)
+    # Where the broker cannot be asked, a plan that may have been lost is sent again all the same.
+    monkeypatch.setattr(delivery, "broker_backlog", lambda queue: None)
+    Plan.objects.filter(pk=queued.pk).update(dispatched_at=ago(settings.PLAN_RESEND_AFTER_S + 1))
+    assert delivery.plans_recover()["sent"] == 1
+
+
+def test_plans_waiting_behind_a_long_queue_are_not_sent_again_but_lost_ones_are(seeded, small_spec, settings):
+    # Real messages in the configured broker (the filesystem's files, or Redis's list), no worker to take them.
+    # Two 1,024-scenario sweeps waited longer than PLAN_RESEND_AFTER_S, and every one of their plans was sent
+    # again every 2 minutes: 8,462 messages for 2,258 plans, and workers busy with copies of plans already done.
+    from webui.celery import app
+
+    with app.connection_for_write() as conn:
+        for queue in (settings.CELERY_TASK_DEFAULT_QUEUE, settings.SWEEP_QUEUE):
+            conn.default_channel.queue_purge(queue)
+    plans = []
+    for batch in (64, 128, 256):
+        small_spec["training"]["global_batch"] = batch
+        plans.append(services.plan_create(spec=services.spec_parse(data=small_spec)))
+        delivery.plan_send(plan=plans[-1])  # what the commit hook does
+    assert delivery.broker_backlog(settings.CELERY_TASK_DEFAULT_QUEUE) == 3
+    Plan.objects.filter(pk__in=[p.pk for p in plans]).update(dispatched_at=ago(settings.PLAN_RESEND_AFTER_S + 1))
+    assert delivery.plans_recover()["sent"] == 0  # all three are in the queue, waiting their turn
+    assert delivery.broker_backlog(settings.CELERY_TASK_DEFAULT_QUEUE) == 3
+    with app.connection_for_write() as conn:  # the broker loses them (a restart without its data)
+        conn.default_channel.queue_purge(settings.CELERY_TASK_DEFAULT_QUEUE)
+    assert delivery.plans_recover()["sent"] == 3
+    assert delivery.broker_backlog(settings.CELERY_TASK_DEFAULT_QUEUE) == 3
+    with app.connection_for_write() as conn:
+        conn.default_channel.queue_purge(settings.CELERY_TASK_DEFAULT_QUEUE)
 
 
 def test_two_sweeps_at_once_send_a_plan_once(queued, sent):
