@@ -7,13 +7,14 @@ counter of its own: its progress is read from its plans' statuses every time, so
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 from dataclasses import replace
 from typing import Any, Mapping
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.urls import reverse
 
 from planner import SpecError
@@ -68,31 +69,45 @@ def sweep_create(*, data: Any, top: int = 10, client: str = "") -> Sweep:
     if goal is not None:  # the goal's tokens are what each scenario's plan trains
         _tokens_agree(data, scenarios, goal.tokens)
         scenarios = [_with_tokens(s, goal.tokens) for s in scenarios]
-    _within_quota(client, len(scenarios))
     prices = dict(GPUType.objects.values_list("name", "price_per_gpu_hour_usd"))
+    client = client[:64]
     with transaction.atomic():  # the plans' tasks are sent when this commits (plan_create's on_commit)
+        _lock_client(client)
         sweep = Sweep.objects.create(base=data["base"], vary=data["vary"], axes=list(data["vary"]),
-                                     goal=goal.as_dict() if goal else None, top=top, client=client[:64])
+                                     goal=goal.as_dict() if goal else None, top=top, client=client)
         SweepScenario.objects.bulk_create(
             SweepScenario(sweep=sweep, position=i, values=s.values,
                           plan=services.plan_create(spec=s.spec, top=top,
                                                     sources=_sources(data["base"], s.values, catalog)),
                           price_per_gpu_hour_usd=prices.get(s.spec.cluster.gpu.name))
             for i, s in enumerate(scenarios))
+        _within_quota(sweep)  # raising rolls the sweep and its plans back; no task was sent
     return sweep
 
 
-def _within_quota(client: str, adding: int) -> None:
+def _lock_client(client: str) -> None:
+    """Hold the client's quota for the rest of the transaction, so that sweeps asked for at once are counted one
+    after the other (three parallel 1,024-scenario requests got two through the quota). PostgreSQL: a transaction
+    advisory lock on the client's name. SQLite: its transactions are IMMEDIATE (settings.DATABASES), so this one
+    holds the database's one write lock from its start, and its count sees every sweep committed before."""
+    if connection.vendor == "postgresql":
+        key = int.from_bytes(hashlib.sha256(f"sweep quota {client}".encode()).digest()[:8], "big", signed=True)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
+
+def _within_quota(sweep: Sweep) -> None:
     """One client's sweeps may hold at most settings.SWEEP_MAX_PENDING_PER_CLIENT scenarios waiting or running:
     the workers take sweep scenarios in turn with single plans, but without a bound one client's sweeps could keep
-    everyone else's waiting for hours. Scenarios answered at once (the same request planned before) count too: a
-    sweep is judged before its plans are made."""
+    everyone else's waiting for hours. A scenario answered at once (the same request planned before) adds none."""
     limit = settings.SWEEP_MAX_PENDING_PER_CLIENT
-    pending = SweepScenario.objects.filter(sweep__client=client[:64],
-                                           plan__status__in=(Plan.Status.QUEUED, Plan.Status.RUNNING)).count()
-    if pending + adding > limit:
+    pending = SweepScenario.objects.filter(sweep__client=sweep.client,
+                                           plan__status__in=(Plan.Status.QUEUED, Plan.Status.RUNNING))
+    adding = pending.filter(sweep=sweep).count()
+    before = pending.exclude(sweep=sweep).count()
+    if adding and before + adding > limit:
         raise SweepQuotaExceeded(
-            f"{pending:,} scenarios of your earlier sweeps are still waiting or running, and this sweep adds "
+            f"{before:,} scenarios of your earlier sweeps are still waiting or running, and this sweep adds "
             f"{adding:,}: at most {limit:,} at a time. Ask again once some have finished, or vary fewer values.")
 
 

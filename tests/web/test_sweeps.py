@@ -410,3 +410,32 @@ def test_one_clients_unfinished_scenarios_are_bounded_and_others_still_get_their
     assert client.post("/api/sweeps", json.dumps(two), content_type="application/json",
                        HTTP_X_REAL_IP="192.0.2.7").status_code == 201
     assert Sweep.objects.latest("created_at").client == "192.0.2.7"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sweeps_asked_for_at_once_are_counted_one_after_the_other(seeded, settings):
+    # Three parallel requests of 1,024 scenarios each got two through a quota of 2,048 (2,084 pending after).
+    import threading
+
+    from django.db import connection as default_connection
+
+    settings.SWEEP_MAX_PENDING_PER_CLIENT = 4
+    start, answers = threading.Barrier(3), []
+
+    def ask(batch: int) -> None:
+        try:
+            start.wait()
+            sweep = {"base": {**BASE, "training": {**BASE["training"], "global_batch": batch}},
+                     "vary": {"cluster.num_gpus": [64, 128]}}
+            answers.append(post(Client(), sweep).status_code)
+        finally:
+            default_connection.close()  # each thread's own connection
+
+    threads = [threading.Thread(target=ask, args=(batch,)) for batch in (128, 256, 512)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(answers) == [201, 201, 429]
+    pending = SweepScenario.objects.filter(plan__status__in=("queued", "running")).count()
+    assert pending == 4
