@@ -715,18 +715,33 @@ def _catalog_row_named(data: Any, table: Mapping[str, Mapping] | None) -> Mappin
     return None
 
 
-def _rename_if_changed(section: dict[str, Any], row: Mapping[str, Any] | None, path: str,
+def _named_row(data: Any, table: Mapping[str, Mapping] | None) -> tuple[str, Mapping[str, Any]] | None:
+    """(name, row) of the catalog row an inline object names, as "NAME" or as "NAME (modified)"; None for neither."""
+    row = _catalog_row_named(data, table)
+    if row is not None:
+        return data["name"].strip(), row
+    name, suffix = data.get("name") if isinstance(data, Mapping) else None, modified_name("")
+    if isinstance(name, str) and name.strip().endswith(suffix) and not text_problem(name):
+        base = name.strip()[:-len(suffix)]
+        if base in (table or {}):
+            return base, table[base]
+    return None
+
+
+def _rename_if_changed(section: dict[str, Any], named: tuple[str, Mapping[str, Any]] | None, path: str,
                        spec_fields: tuple[Field, ...]) -> None:
-    """An inline `section` (its derived fields filled in) that carries the name of catalog `row` but not all of its
-    values is named "NAME (modified)" (modified_name), so that a plan never names hardware or a model it does not
-    describe. The form and sweeps name such a section so before the engine sees it; the JSON API and the CLI now
-    do as well, so the same request made three ways is one plan, and a saved spec reads back unchanged."""
-    if row is None:
+    """An inline `section` (its derived fields filled in) named after a catalog row is named "NAME" while it has all
+    of the row's values and "NAME (modified)" (modified_name) where it has others, whichever of the two it was
+    given: a plan never names hardware or a model it does not describe, and the same request made from the form,
+    the JSON API or the CLI is one plan (the form's "custom" sections start from a row, edited or not, and a saved
+    spec reads back unchanged)."""
+    if named is None:
         return
+    name, row = named
     # the row as the engine reads it (8 == 8.0, derived fields filled in), so a section written out in full matches
     stored = _derived(path, _section(row, path, spec_fields, _Collector()) or {})
-    if any(section.get(f.name) != stored.get(f.name) for f in spec_fields if f.name != "name"):
-        section["name"] = modified_name(section["name"])
+    same = all(section.get(f.name) == stored.get(f.name) for f in spec_fields if f.name != "name")
+    section["name"] = name if same else modified_name(name)
 
 
 def _derived(path: str, section: dict[str, Any]) -> dict[str, Any]:
@@ -791,7 +806,7 @@ def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = 
     bad = {e.field.split(".")[0] if not e.field.startswith("cluster") else "cluster" for e in errs.errors}
     if "model" not in bad:
         _derived("model", model)
-        _rename_if_changed(model, _catalog_row_named(data.get("model"), cat.get("model")), "model", MODEL_FIELDS)
+        _rename_if_changed(model, _named_row(data.get("model"), cat.get("model")), "model", MODEL_FIELDS)
         _check_model(model, errs)
     if "training" not in bad:
         _check_training(training, errs)
@@ -799,7 +814,7 @@ def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = 
         _derived("cluster.node", node)
         for section, key, spec_fields in ((gpu, "gpu", GPU_FIELDS), (node, "node", NODE_FIELDS),
                                           (fabric, "fabric", FABRIC_FIELDS)):
-            _rename_if_changed(section, _catalog_row_named(cluster_data.get(key), cat.get(key)), f"cluster.{key}",
+            _rename_if_changed(section, _named_row(cluster_data.get(key), cat.get(key)), f"cluster.{key}",
                                spec_fields)
         _check_cluster(num_gpus, gpu, node, fabric, training, errs)
     if not bad & {"cluster", "training", "model", "layout"}:

@@ -57,6 +57,17 @@ def test_every_catalog_row_written_out_in_full_keeps_its_name_and_round_trips(ca
             assert again == spec and getattr(again.cluster, section).name == name
 
 
+def test_a_modified_name_goes_when_the_values_are_the_rows_again(catalog):
+    doc = {"model": dict(catalog["model"]["Llama 3 8B"], name="Llama 3 8B (modified)"),
+           "training": {"global_batch": 64},
+           "cluster": {"num_gpus": 64, "gpu": dict(catalog["gpu"]["H100 SXM5 80GB"], name="H100 SXM5 80GB (modified)"),
+                       "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"}}
+    spec = parse_spec(doc, catalog)
+    assert (spec.model.name, spec.cluster.gpu.name) == ("Llama 3 8B", "H100 SXM5 80GB")
+    doc["cluster"]["gpu"]["memory_gib"] = 64
+    assert parse_spec(doc, catalog).cluster.gpu.name == "H100 SXM5 80GB (modified)"  # not "(modified) (modified)"
+
+
 def test_inline_hardware_inherits_catalog_fields_by_name(gpt3_doc, catalog):
     # The shared example names "A100 SXM4 80GB" inline without sm_count: the catalog entry supplies 108.
     assert parse_spec(gpt3_doc, catalog).cluster.gpu.sm_count == 108

@@ -350,3 +350,17 @@ def test_a_catalog_row_deleted_while_the_form_was_open_is_said_so(catalog):
     assert not form.is_valid()
     assert form.errors["gpu"] == ["“H800 SXM5 80GB (gone)” is no longer in the catalog (deleted or renamed since "
                                   "this page was opened): choose a row again, or “custom”"]
+
+
+def test_a_preset_set_to_its_own_values_keeps_its_name(catalog):
+    # The page's script named the model "Llama 3 70B (modified)" as soon as a field was touched, even when the
+    # values ended as the preset's (Dropout "no", which a gated-MLP model has anyway): the API named it "Llama 3 70B".
+    form = PlanForm(post_data(catalog, model_preset=CUSTOM, model__dropout="false"), catalog=catalog)
+    assert form.is_valid(), form.errors
+    assert form.spec.model.name == "Llama 3 70B"
+    # An edited copy set back to the row's values: "(modified)" goes.
+    form = PlanForm(post_data(catalog, model_preset=CUSTOM, model__name="Llama 3 70B (modified)"), catalog=catalog)
+    assert form.is_valid(), form.errors
+    assert form.spec.model.name == "Llama 3 70B"
+    form = PlanForm(post_data(catalog, model_preset=CUSTOM, model__layers="40"), catalog=catalog)
+    assert form.is_valid() and form.spec.model.name == "Llama 3 70B (modified)"

@@ -44,12 +44,10 @@
 
     inputsOf(prefix).forEach(function (input) {
       var ev = input.tagName === "SELECT" || input.type === "checkbox" ? "change" : "input";
+      // The name stays the row's: the engine names the section "NAME (modified)" if its values end up differing
+      // from the row's, and "NAME" if they are set back (planner/spec.py, _rename_if_changed), as for the API.
       input.addEventListener(ev, function () {
         if (select.value === CUSTOM) return;
-        var nameInput = document.querySelector("[name='" + prefix + "__name']");
-        if (nameInput && input !== nameInput && nameInput.value === select.value) {
-          nameInput.value = select.value + " (modified)";
-        }
         select.value = CUSTOM;
         showCustom();
       });
