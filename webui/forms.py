@@ -142,7 +142,7 @@ def number_input(whole: bool, lo: float | None, hi: float | None, placeholder: s
     for a half-typed "1e" or "8," that posts nothing, so a pin would silently become "search", an optional field
     its default and a required one "is required"; as text, the engine sees what was typed and names it.
     `inputmode` still brings up a numeric keypad."""
-    attrs = {"inputmode": "numeric" if whole else "decimal", "autocomplete": "off"}
+    attrs = {"inputmode": "numeric" if whole else "decimal"}
     if lo is not None and hi is not None:
         attrs["title"] = f"{'a whole number' if whole else 'a number'} from {fmt_number(lo)} to {fmt_number(hi)}"
     return forms.TextInput(attrs=attrs | ({"placeholder": placeholder} if placeholder else {}))

@@ -159,10 +159,13 @@ def test_custom_hardware_starts_from_the_chosen_row_after_an_error_and_after_bac
     # Back to the form after a plan: the dropdown the browser restores and the fields below it agree.
     page.goto(web.url + "/")
     page.select_option("select[name=gpu]", "B200")
+    page.fill("input[name=training__global_batch]", "256")
     page.click("#submit-plan")
     page.wait_for_url("**/plans/**")
     page.go_back()
     assert page.input_value("select[name=gpu]") == "B200"  # restored by the browser: the fields must follow it
+    # and what was typed too (autocomplete=off on the text boxes stopped the browser restoring them)
+    assert page.input_value("input[name=training__global_batch]") == "256"
     page.select_option("select[name=gpu]", "custom")
     assert float(page.input_value("input[name=gpu__peak_tflops]")) == b200["peak_tflops"]  # was H100's 989
 
