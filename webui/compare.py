@@ -106,12 +106,16 @@ def compare_figures(*, plans: list[Plan]) -> dict[str, Figure]:
 
 
 def _chart_labels(plans: list[Plan]) -> list[str]:
-    """Each plan's title with the request values that tell it from the others ("..., global batch 2,048"): plans
-    of one sweep often share their title, and a chart's bars must say which is which."""
-    # A training option that differs follows from a differing stack or precision, already said: not in the labels.
-    differing = [r for r in _table(_request_rows(plans), plans)
-                 if r["differs"] and r["label"] not in ("status", *IN_TITLE) and not r["label"].startswith("training:")]
-    return [plan.title + "".join(f", {r['label']} {r['cells'][i]}" for r in differing) for i, plan in enumerate(plans)]
+    """Each plan's title with as few of the request values that tell it from the others as that takes, in the
+    table's order ("..., global batch 2,048"): plans of one sweep often share their title, and a chart's bars must
+    say which is which without a label so long that the bars shrink to nothing."""
+    labels = [plan.title for plan in plans]
+    for row in _table(_request_rows(plans), plans):
+        if len(set(labels)) == len(labels):
+            break
+        if row["differs"] and row["label"] not in ("status", *IN_TITLE):
+            labels = [f"{label}, {row['label']} {row['cells'][i]}" for i, label in enumerate(labels)]
+    return labels
 
 
 def _best(plan: Plan) -> dict[str, Any]:
@@ -160,7 +164,7 @@ def _request_rows(plans: list[Plan]) -> list[tuple[str, Callable[[Plan], Any]]]:
 # Spec section -> (its title on the compare page, its path in a stored spec)
 SPEC_SECTIONS = {"model": ("model", "model"), "training": ("training", "training"),
                  "cluster.gpu": ("GPU", "cluster", "gpu"), "cluster.node": ("node", "cluster", "node"),
-                 "cluster.fabric": ("fabric", "cluster", "fabric")}
+                 "cluster.fabric": ("fabric", "cluster", "fabric"), "layout": ("pinned", "layout")}
 
 
 def _throughput_rows() -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:

@@ -289,6 +289,22 @@ def test_compare_says_how_two_plans_of_one_gpu_name_differ(client, seeded):
     assert response.context["figures"]["memory"]["data"][0]["y"][1].endswith(", GPU: Peak BF16 (TFLOP/s) 900")
 
 
+def test_compare_shows_pins_and_labels_bars_with_no_more_than_tells_them_apart(client, seeded):
+    a, b = finished_plans(client, 2)
+    # b: the same request as a, with TP pinned and the fabric's latency changed
+    spec = dict(a.spec, layout=dict(a.spec["layout"], tp=2), cluster=dict(a.spec["cluster"], fabric=dict(
+        a.spec["cluster"]["fabric"], latency_us=9.0)))
+    Plan.objects.filter(pk=b.pk).update(spec=spec)
+    response = client.get(f"/compare/?plans={a.code},{b.code}")
+    rows = {r["label"]: r for s in response.context["sections"] if s["title"] == "Request" for r in s["rows"]}
+    assert rows["pinned: TP"]["cells"] == ["–", "2"] and rows["pinned: TP"]["differs"]
+    assert rows["fabric: Latency (µs)"]["differs"]
+    # The first row that tells them apart is enough: the fabric's latency, not the pin after it as well.
+    labels = response.context["figures"]["memory"]["data"][0]["y"]
+    assert labels == [f"#1 {a.title}, fabric: Latency (µs) {rows['fabric: Latency (µs)']['cells'][0]}",
+                      f"#2 {a.title}, fabric: Latency (µs) 9"]
+
+
 def test_compare_gives_the_capacity_of_a_plan_with_no_feasible_layout(client, seeded):
     a, b = finished_plans(client, 2)
     Plan.objects.filter(pk=b.pk).update(result={"plans": [], "rejected": []})
