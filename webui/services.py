@@ -349,6 +349,17 @@ NO_LAYOUT_ADVICE = {
     "pp_exceeds_layers": "fewer GPUs, or a model with more layers",
     "tp_crosses_nvlink_domain": "a node with a larger NVLink domain, or fewer GPUs for each tensor-parallel group",
     "tp_does_not_divide_heads": "a model whose attention and KV heads the tensor-parallel degree divides",
+    # Reasons a pinned layout field causes: the advice is about the pins.
+    "moe_tp_needs_sp": "sequence parallelism on (an MoE model with TP > 1 needs it), or TP 1",
+    "zero_with_pipeline": "ZeRO 0 or 1 with pipeline parallelism, or PP 1 with ZeRO 2 or 3",
+    "not_the_pinned_dp": "pins of TP, PP, CP and DP whose product is the GPU count, or fewer of them pinned",
+    "vpp_needs_microbatches": "fewer virtual stages, a smaller micro-batch or a larger global batch, so that each "
+                              "step has at least PP micro-batches",
+    "vpp_invalid": "fewer virtual stages, so that each holds a layer, or fewer pipeline stages",
+    "ep_invalid": "an expert-parallel degree that divides the experts and the ranks of a stage",
+    "ep_not_dividing_ranks": "an expert-parallel degree that divides the ranks of a stage",
+    "ep_across_pipeline_stages": "another rank order, or an expert-parallel degree within a pipeline stage",
+    "gpus_not_divisible": "a GPU count with more factors, or pins that divide it",
 }
 GENERAL_ADVICE = "more GPUs, GPUs with more memory, a smaller global batch or a shorter sequence"
 

@@ -152,13 +152,20 @@ def test_an_infeasible_request_is_an_answer_with_reasons(client, seeded):
     assert "No layout fits" in page
     assert re.search(r"<td>\d[\d,]*</td>", page)  # counts per reason
     assert plan.result["rejected"]
-    assert "GPUs with more memory, more GPUs, a smaller global batch or a shorter sequence would usually help" in page
+    assert "What usually helps: GPUs with more memory, more GPUs, a smaller global batch or a shorter sequence." in page
     # A batch too small for the GPUs: more GPUs and a smaller batch were advised, the opposite of what helps.
     doc["model"], doc["training"]["global_batch"], doc["cluster"]["num_gpus"] = "Llama 3 70B", 1, 1_048_576
     plan = services.plan_run(plan_id=make_plan(doc).pk)
     assert next(iter(plan.result["rejected"])) == "dp_does_not_divide_batch"
     page = client.get(plan.get_absolute_url()).content.decode()
-    assert "a larger global batch (a multiple of the data-parallel degrees the GPU count allows) or fewer GPUs" in page
+    assert "a larger global batch (a multiple of the data-parallel degrees the GPU count allows) or fewer GPUs." in page
+    # A pin the layouts cannot meet: the advice is about the pin, not about memory.
+    doc.update(model="Mixtral 8x7B", layout={"tp": 2, "sequence_parallel": False})
+    doc["training"]["global_batch"], doc["cluster"]["num_gpus"] = 256, 64
+    plan = services.plan_run(plan_id=make_plan(doc).pk)
+    assert plan.result["plans"] == [] and next(iter(plan.result["rejected"])) == "moe_tp_needs_sp"
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert "What usually helps: sequence parallelism on (an MoE model with TP &gt; 1 needs it), or TP 1." in page
 
 
 def test_the_form_can_start_from_a_saved_plan(client, small_spec, seeded):
@@ -211,3 +218,12 @@ def test_a_done_plan_shows_its_launch_configs_with_copy_buttons(client, small_sp
     assert "For layout #2" in page and f"plan #2: {second['label']}" in page
     page = client.get(plan.get_absolute_url() + "?rank=9").content.decode()
     assert 'id="launch-error"' in page and "rank: must be between 1 and 3" in page and "For layout #1" in page
+
+
+def test_every_no_layout_advice_is_for_a_reason_the_engine_gives():
+    from pathlib import Path
+
+    import planner
+
+    source = "".join(p.read_text() for p in Path(planner.__file__).parent.glob("*.py"))
+    assert [key for key in services.NO_LAYOUT_ADVICE if f'"{key}"' not in source] == []
