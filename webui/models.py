@@ -51,6 +51,10 @@ class CatalogRow(models.Model):
             del self._not_read
 
     def clean(self) -> None:
+        if isinstance(self.name, str):
+            # Spaces around a name are never meant, and a request's name is looked up stripped: "  H100 SXM5 80GB  "
+            # stood beside the real row in the menus, and choosing it planned with the other row's figures.
+            self.name = self.name.strip()
         errors = section_errors(self.SECTION, self.spec_fields())
         for f in self._meta.concrete_fields:  # PostgreSQL cannot store NUL in text, nor UTF-8 a lone surrogate
             text = str(getattr(self, f.attname) or "")

@@ -94,12 +94,14 @@ def _catalog_row_load(row: Any, *, update_existing: bool) -> str:
     model = _LABELS.get(str(row.get("model", "")).lower())
     if model is None:
         raise ValidationError(f"unknown model {row.get('model')!r} (known: {', '.join(sorted(_LABELS))})")
-    fields = row["fields"]
+    fields = dict(row["fields"])
     known = {f.name for f in model._meta.concrete_fields} - {"id"}
     unknown = sorted(set(fields) - known)
     if unknown:
         raise ValidationError(f"unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     name = fields.get("name")
+    if isinstance(name, str):  # as CatalogRow.clean stores it: a padded name updates the row of that name
+        name = fields["name"] = name.strip()
     problem = text_problem(name) if isinstance(name, str) else None
     if problem:  # nor can a query hold it (NUL, a lone surrogate)
         raise ValidationError({"name": [problem]})

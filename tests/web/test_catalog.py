@@ -191,3 +191,16 @@ def test_a_shipped_row_deleted_or_renamed_here_is_not_seeded_again(seeded):
     call_command("catalog", "seed", "--restore", stdout=out)
     assert "2 created" in out.getvalue()
     assert GPUType.objects.filter(name="H800 SXM5 80GB").exists() and NodeType.objects.filter(name="DGX A100").exists()
+
+
+def test_spaces_around_a_name_are_dropped_so_no_row_shadows_another(seeded):
+    # Imported as "  H100 SXM5 80GB  " it stood beside the real row in the menus, and choosing it planned with
+    # the real row's figures (a request's name is looked up stripped).
+    row = {"model": "webui.gputype", "fields": {"name": "  H100 SXM5 80GB  ", "peak_tflops": 123,
+                                                 "memory_gib": 80, "memory_gbytes_per_s": 3350}}
+    assert services.catalog_import(rows=[row]) == {"created": 0, "updated": 1, "unchanged": 0}
+    assert GPUType.objects.get(name="H100 SXM5 80GB").peak_tflops == 123
+    assert GPUType.objects.filter(name__contains="H100 SXM5 80GB").count() == 1
+    gpu = GPUType(name=" Our GPU ", peak_tflops=100, memory_gib=80, memory_gbytes_per_s=2000)
+    gpu.full_clean()  # what the admin's form does before saving
+    assert gpu.name == "Our GPU"
