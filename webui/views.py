@@ -104,10 +104,11 @@ def api_plans(request: HttpRequest) -> JsonResponse:
     except ValueError as err:  # not JSON, or not UTF-8
         return _errors({"spec": [f"is not valid JSON: {err}"]})
     try:
+        top = _top(request)
         spec = services.spec_parse(data=data)
     except SpecError as err:
         return _errors(err.as_dict())
-    plan = services.plan_create(spec=spec, top=_top(request), sources=services.spec_option_sources(data=data))
+    plan = services.plan_create(spec=spec, top=top, sources=services.spec_option_sources(data=data))
     body = {"code": str(plan.code), "url": request.build_absolute_uri(plan.get_absolute_url()), "status": plan.status}
     if plan.reused_from is not None:
         body["reused_from"] = request.build_absolute_uri(plan.reused_from.get_absolute_url())
@@ -159,11 +160,18 @@ def _errors(errors: dict[str, list[str]], status: int = 400) -> JsonResponse:
     return JsonResponse({"errors": errors}, status=status)
 
 
+MAX_TOP = 50  # ranked layouts a plan keeps (the form asks for the default)
+
+
 def _top(request: HttpRequest) -> int:
-    try:
-        return min(50, max(1, int(request.GET.get("top", 10))))
-    except ValueError:
+    """?top=N, the ranked layouts to keep: 1 to MAX_TOP, 10 when absent. Anything else is a SpecError naming `top`
+    (0, -3 and 51 were quietly read as 1, 1 and 50, and "abc" as 10)."""
+    raw = request.GET.get("top")
+    if raw is None:
         return 10
+    if raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_TOP:
+        return int(raw)
+    raise SpecError.one("top", f"must be a whole number from 1 to {MAX_TOP} (got {raw[:40]!r})")
 
 
 def _rank(request: HttpRequest) -> int:
