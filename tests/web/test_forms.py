@@ -338,11 +338,17 @@ def test_an_inline_row_with_a_catalog_name_and_other_values_is_named_modified(cl
 
 
 @pytest.mark.parametrize("url", ["/", "/sweeps/new/"])
-def test_each_field_points_screen_readers_at_its_own_help(client, url):
-    page = client.get(url).content.decode()
-    described = re.findall(r'aria-describedby="([^"]+)"', page)
-    ids = set(re.findall(r'\bid="([^"]+)"', page))
-    assert len(described) > 5 and not [d for d in described if d not in ids]
+def test_each_field_points_screen_readers_at_its_own_help_and_messages(client, catalog, url):
+    bad = {"/": post_data(catalog, num_gpus="100", layout__tp="8,"), "/sweeps/new/": {"num_gpus": "x"}}[url]
+    for page in (client.get(url).content.decode(), client.post(url, bad).content.decode()):
+        described = [i for d in re.findall(r'aria-describedby="([^"]+)"', page) for i in d.split()]
+        ids = set(re.findall(r'\bid="([^"]+)"', page))
+        assert len(described) > 5 and not [d for d in described if d not in ids]
+    summary = re.search(r'id="error-summary"(.*?)</div>', page, re.S).group(1)
+    links = re.findall(r'href="#([^"]+)"', summary)
+    assert links and not [link for link in links if link not in ids]  # each to the field's messages
+    if url == "/":
+        assert links == ["id_num_gpus_error", "id_layout__tp_error"]
 
 
 def test_a_catalog_row_deleted_while_the_form_was_open_is_said_so(catalog):

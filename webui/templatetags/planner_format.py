@@ -126,3 +126,9 @@ def option_value(value: Any) -> str:
 
 
 register.filter("value_text", value_text)  # a sweep axis value as the tables and charts label it
+
+
+@register.filter
+def fields_with_errors(form: Any) -> list[Any]:
+    """The visible fields of `form` that carry a message, in page order: the error summary links each."""
+    return [field for field in form.visible_fields() if field.errors]

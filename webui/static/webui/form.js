@@ -83,4 +83,8 @@
       if (shown) shown.value = stackSelect.value;
     });
   }
+
+  // After a refused submission, the keyboard starts at the first field with a message (the summary links each).
+  var firstError = document.querySelector("#plan-form .has-error input, #plan-form .has-error select");
+  if (firstError) firstError.focus();
 })();
