@@ -70,3 +70,13 @@ def test_a_planner_sweeps_scenarios_and_compares_two(web, worker, seeded, browse
     page.wait_for_selector("#chart-step-time svg.main-svg", timeout=30_000)
     assert errors == []
     assert Sweep.objects.count() == 1
+    # On a phone neither page widens: a title of long axis names wraps (its status badge ran off to x = 426).
+    from webui import sweeps
+
+    long_axes = sweeps.sweep_create(data={"base": {"model": "Llama 3 8B", "training": {"global_batch": 512}, "cluster": {
+        "num_gpus": 64, "gpu": "H100 SXM5 80GB", "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"}},
+        "vary": {"cluster.fabric.oversubscription": [1, 2], "training.grad_reduce_dtype": ["bf16"]}})
+    phone = browser.new_context(viewport={"width": 375, "height": 800}).new_page()
+    for url in (sweep_url, page.url, web.url + long_axes.get_absolute_url()):
+        phone.goto(url)
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 375, url
