@@ -11,6 +11,7 @@ their size, and the bounds keep even that small.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
@@ -612,6 +613,9 @@ def fmt_number(x: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
+PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def as_number(value: Any) -> float | None:
     """A JSON number or numeric text as a float; +-inf for one past any bound (more digits than a float holds,
     "1e400"); None for anything else, NaN and Infinity included."""
@@ -625,11 +629,11 @@ def as_number(value: Any) -> float | None:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
+        # Plain decimal notation only: Python's float() also reads "1_000", "inf", "nan" and digits of other
+        # scripts ("１２８"), which a person typing a number does not mean (and "1,000" it refuses).
+        if not PLAIN_NUMBER.fullmatch(value.strip()):
             return None
-        return None if math.isnan(number) else number  # "1e400" is out of bounds, not "not a number"
+        return float(value.strip())  # "1e400" is inf: out of bounds, not "not a number"
     return None
 
 

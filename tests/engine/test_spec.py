@@ -319,3 +319,13 @@ def test_independent_sections_report_in_one_pass(gpt3_doc):
 def test_every_field_has_help_text():
     from planner.spec import SECTIONS
     assert all(f.help for fields in SECTIONS.values() for f in fields)
+
+
+@pytest.mark.parametrize("typed", ["1_000", "inf", "Infinity", "nan", "\uff11\uff12\uff18", "0x10", "1,000"])
+def test_only_plain_decimal_text_is_a_number(gpt3_doc, typed):
+    # float() reads "1_000", "inf" and full-width digits; a person typing a GPU count means none of them.
+    gpt3_doc["cluster"]["num_gpus"] = typed
+    with pytest.raises(SpecError, match=r"cluster\.num_gpus: must be"):
+        parse_spec(gpt3_doc)
+    gpt3_doc["cluster"]["num_gpus"] = " 1.024e3 "  # scientific notation and spaces around are fine
+    assert parse_spec(gpt3_doc).cluster.num_gpus == 1024

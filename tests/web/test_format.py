@@ -24,6 +24,7 @@ def test_rates_percentages_and_reasons():
     assert fmt.number(724399.4) == "724,399" and fmt.number(0.4493) == "0.449"
     assert fmt.percent(0.663) == "66.3%"
     assert fmt.reason("tp_crosses_nvlink_domain") == "TP crosses NVLink domain"
+    assert fmt.reason("moe_tp_needs_sp") == "MoE TP needs SP"  # was "Moe TP needs sp"
     assert fmt.by_count({"a": 1, "b": 5}) == [("b", 5), ("a", 1)]
 
 

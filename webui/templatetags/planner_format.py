@@ -56,7 +56,8 @@ def get(mapping: Any, key: str) -> Any:
 def reason(key: str) -> str:
     """`tp_crosses_nvlink_domain` -> `TP crosses NVLink domain` when the engine gave no example."""
     words = str(key).replace("_", " ").split()
-    known = {"tp": "TP", "pp": "PP", "dp": "DP", "cp": "CP", "ep": "EP", "nvlink": "NVLink", "vpp": "VPP"}
+    known = {"tp": "TP", "pp": "PP", "dp": "DP", "cp": "CP", "ep": "EP", "nvlink": "NVLink", "vpp": "VPP", "moe": "MoE",
+             "sp": "SP", "zero": "ZeRO", "gpus": "GPUs"}
     text = " ".join(known.get(w, w) for w in words)
     return text[:1].upper() + text[1:]
 
