@@ -255,12 +255,15 @@ def _inner(spec: PlanSpec, tp: int, pp: int, cp: int, dp: int, rejected: Rejecti
             [s for s in sps if s not in unsplit_moe], [z for z in zeros if z not in sharded_under_pp])
     if math.prod(len(a) for a in axes) * len(orders) > MAX_CANDIDATES:
         axes = (axes[0], axes[1][:8], *axes[2:])  # bound the work; micro-batches beyond 8 options add nothing
-    if sharded_under_pp:  # counted over the same (bounded) axes as the layouts kept
+    # Counted over the same (bounded) axes as the layouts kept, each layout once: one that breaks both rules is MoE
+    # SP's, the rule of the two a search can never pick its way round (with both pinned, each count had been taken
+    # over the axis the other had emptied: 0 and 0, and the page said no layout was considered).
+    if sharded_under_pp:
         rejected.add("zero_with_pipeline", ZERO_WITH_PIPELINE,
                      math.prod(len(a) for a in axes[:5]) * len(sharded_under_pp) * len(orders))
     if unsplit_moe:
         rejected.add("moe_tp_needs_sp", MOE_TP_NEEDS_SP,
-                     math.prod(len(a) for a in axes[:4]) * len(axes[5]) * len(orders))
+                     math.prod(len(a) for a in axes[:4]) * len(unsplit_moe) * len(zeros) * len(orders))
     shape = tuple(len(a) for a in axes)
     failed, verdict = _inner_verdicts(spec, tp, pp, dp, axes[0], axes[1], axes[2], axes[4])
     verdict = np.broadcast_to(verdict.reshape(shape[0], shape[1], shape[2], 1, shape[4], 1), shape).reshape(-1)

@@ -326,6 +326,15 @@ def test_an_moe_model_with_tp_runs_sequence_parallel_as_megatron_core_requires(c
     answer = plan(parse_spec(doc, catalog), top=5)
     assert answer["plans"] == [] and set(answer["rejected"]) == {"moe_tp_needs_sp"}
     assert answer["searched"] == answer["rejected"]["moe_tp_needs_sp"]
+    # Both rules broken by the pins: each count was taken over the axis the other had emptied, 0 and 0, and the
+    # page said no layout was considered. A layout breaking both is counted once, as MoE SP's.
+    doc["layout"].update(zero=3)
+    answer = plan(parse_spec(doc, catalog), top=5)
+    assert answer["plans"] == [] and answer["searched"] > 0
+    assert answer["rejected"] == {"moe_tp_needs_sp": answer["searched"]}
+    doc["layout"]["sequence_parallel"] = True  # SP as required: the ZeRO pin is what is left
+    answer = plan(parse_spec(doc, catalog), top=5)
+    assert answer["plans"] == [] and answer["rejected"] == {"zero_with_pipeline": answer["searched"]}
 
 
 def test_a_tp_that_divides_the_heads_but_not_the_kv_heads_says_only_the_kv_heads(catalog):
