@@ -128,7 +128,12 @@ def test_bad_input_in_the_browser_is_shown_next_to_the_field(web, seeded, browse
     assert "must be a positive multiple of node.gpus (8)" in error.inner_text()
     assert page.input_value("input[name=num_gpus]") == "100"  # what was typed is kept
     assert page.evaluate("document.activeElement.name") == "num_gpus"  # the keyboard starts there
-    assert page.locator("#error-summary a[href='#id_num_gpus_error']").inner_text() == "GPUs"
+    link = page.locator("#error-summary a[href='#id_num_gpus_field']")
+    assert link.inner_text() == "GPUs"
+    page.locator("#submit-plan").focus()
+    link.click()
+    page.keyboard.press("Tab")  # from the field's box, the next stop is the field, not the control after it
+    assert page.evaluate("document.activeElement.name") == "num_gpus"
 
 
 def test_a_half_typed_number_is_named_not_dropped(web, seeded, browser):

@@ -346,9 +346,9 @@ def test_each_field_points_screen_readers_at_its_own_help_and_messages(client, c
         assert len(described) > 5 and not [d for d in described if d not in ids]
     summary = re.search(r'id="error-summary"(.*?)</div>', page, re.S).group(1)
     links = re.findall(r'href="#([^"]+)"', summary)
-    assert links and not [link for link in links if link not in ids]  # each to the field's messages
+    assert links and not [link for link in links if link not in ids]  # each to its field
     if url == "/":
-        assert links == ["id_num_gpus_error", "id_layout__tp_error"]
+        assert links == ["id_num_gpus_field", "id_layout__tp_field"]
 
 
 def test_a_catalog_row_deleted_while_the_form_was_open_is_said_so(catalog):
