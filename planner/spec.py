@@ -586,11 +586,19 @@ def lone_surrogate(text: str) -> bool:
     return any(0xD800 <= ord(c) <= 0xDFFF for c in text)
 
 
+MODIFIED_SUFFIX = " (modified)"
+
+
 def modified_name(name: str) -> str:
     """The name of a catalog row whose values a request changed (a form's edit, a sweep's axis): a plan must not
     name hardware or a model it does not describe. Within the 200 characters a name may have."""
-    suffix = " (modified)"
-    return name[:200 - len(suffix)] + suffix
+    return name[:200 - len(MODIFIED_SUFFIX)] + MODIFIED_SUFFIX
+
+
+def unmodified_name(name: str) -> str | None:
+    """The catalog row's name that `name` is the modified_name of ("H100 SXM5 80GB" for "H100 SXM5 80GB
+    (modified)"), or None when it is no such name."""
+    return name[:-len(MODIFIED_SUFFIX)] if name.endswith(MODIFIED_SUFFIX) else None
 
 
 def text_problem(value: str) -> str | None:
@@ -724,11 +732,10 @@ def _named_row(data: Any, table: Mapping[str, Mapping] | None) -> tuple[str, Map
     row = _catalog_row_named(data, table)
     if row is not None:
         return data["name"].strip(), row
-    name, suffix = data.get("name") if isinstance(data, Mapping) else None, modified_name("")
-    if isinstance(name, str) and name.strip().endswith(suffix) and not text_problem(name):
-        base = name.strip()[:-len(suffix)]
-        if base in (table or {}):
-            return base, table[base]
+    name = data.get("name") if isinstance(data, Mapping) else None
+    base = unmodified_name(name.strip()) if isinstance(name, str) and not text_problem(name) else None
+    if base is not None and base in (table or {}):
+        return base, table[base]
     return None
 
 

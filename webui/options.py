@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from planner.spec import REQUIRED, SECTIONS, Field, modified_name
+from planner.spec import REQUIRED, SECTIONS, Field, unmodified_name
 from planner.stacks import preset
 
 OPTION_SECTIONS = ("training", "cluster.gpu")
@@ -125,5 +125,4 @@ def plan_options(*, spec: Any, sources: Any) -> list[dict[str, Any]]:
 def catalog_name(name: str) -> str:
     """The catalog row a section's values came from: "H100 SXM5 80GB" for a GPU the request changed, which the
     engine names "H100 SXM5 80GB (modified)" (planner.spec.modified_name)."""
-    suffix = modified_name("")
-    return name[:-len(suffix)] if name.endswith(suffix) else name
+    return unmodified_name(name) or name
