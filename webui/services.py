@@ -30,6 +30,7 @@ from planner.launch import launch_configs
 
 from . import delivery, options
 from .models import CATALOG_MODELS, CatalogRow, Plan, SeededRow, section_errors
+from .templatetags.planner_format import by_count
 
 logger = logging.getLogger(__name__)
 
@@ -368,20 +369,17 @@ GENERAL_ADVICE = "more GPUs, GPUs with more memory, a smaller global batch or a 
 
 def plan_no_layout_advice(*, result: Any) -> str:
     """What usually helps a request none of whose layouts fits, from its commonest rejection."""
-    counts = result.get("rejected") if isinstance(result, dict) else None
-    if not isinstance(counts, dict) or not counts:
-        return GENERAL_ADVICE
-    commonest = next(iter(_rejections_by_count(result)["rejected"]))
-    return NO_LAYOUT_ADVICE.get(commonest, GENERAL_ADVICE)
+    ranked = by_count(result.get("rejected")) if isinstance(result, dict) else []
+    return NO_LAYOUT_ADVICE.get(ranked[0][0], GENERAL_ADVICE) if ranked else GENERAL_ADVICE
 
 
 def _rejections_by_count(result: dict[str, Any]) -> dict[str, Any]:
-    """The answer's rejection counts and examples, most common first as the engine gives them: PostgreSQL's jsonb
-    keeps an object's keys in an order of its own (shortest first)."""
+    """The answer's rejection counts and examples, most common first as the engine gives them (and as the plan
+    page lists them, `by_count`): PostgreSQL's jsonb keeps an object's keys in an order of its own."""
     counts = result.get("rejected")
     if not isinstance(counts, dict):
         return {}
-    order = sorted(counts, key=lambda k: (-counts[k] if isinstance(counts[k], (int, float)) else 0, k))
+    order = [k for k, _ in by_count(counts)]
     out: dict[str, Any] = {"rejected": {k: counts[k] for k in order}}
     examples = result.get("rejected_examples")
     if isinstance(examples, dict):
