@@ -99,13 +99,16 @@ def plan_queue(*, plan: Plan) -> str:
     return settings.SWEEP_QUEUE if is_scenario else settings.CELERY_TASK_DEFAULT_QUEUE
 
 
+def in_queue(queue: str) -> Q:
+    """The plans whose tasks go to broker queue `queue` (plan_queue), as a filter."""
+    scenarios = Q(pk__in=SweepScenario.objects.values("plan_id"))
+    return scenarios if queue == settings.SWEEP_QUEUE else ~scenarios
+
+
 def plan_queue_position(*, plan: Plan) -> int:
     """How many queued plans of the same broker queue were asked for before this one."""
     earlier = Plan.objects.filter(status=Plan.Status.QUEUED, created_at__lt=plan.created_at)
-    scenarios = SweepScenario.objects.values("plan_id")
-    if plan_queue(plan=plan) == settings.SWEEP_QUEUE:
-        return earlier.filter(pk__in=scenarios).count()
-    return earlier.exclude(pk__in=scenarios).count()
+    return earlier.filter(in_queue(plan_queue(plan=plan))).count()
 
 
 def lease_holder(*, hostname: str, pid: int | None, task_id: str) -> str:
@@ -224,10 +227,9 @@ def _lost_messages(queued: QuerySet[Plan], before: Any, limit: int) -> list[Plan
     stale = queued.filter(dispatched_at__lt=before)
     if limit <= 0 or not stale.exists():
         return []
-    scenarios = SweepScenario.objects.values("plan_id")
     due: list[Plan] = []
-    for queue, of_queue in ((settings.SWEEP_QUEUE, Q(pk__in=scenarios)),
-                            (settings.CELERY_TASK_DEFAULT_QUEUE, ~Q(pk__in=scenarios))):
+    for queue in (settings.SWEEP_QUEUE, settings.CELERY_TASK_DEFAULT_QUEUE):
+        of_queue = in_queue(queue)
         waiting = stale.filter(of_queue)
         if len(due) >= limit or not waiting.exists():
             continue
