@@ -143,23 +143,24 @@ def _request_rows(plans: list[Plan]) -> list[tuple[str, Callable[[Plan], Any]]]:
     differ in what it stands for (a catalog GPU edited in the admin between them)."""
     def spec(*keys: str) -> Callable[[Plan], Any]:
         return lambda plan: _spec_at(plan, *keys)
-    rows = [("status", lambda p: p.status), ("model", spec("model", "name")), ("GPUs", spec("cluster", "num_gpus")),
-            ("GPU", spec("cluster", "gpu", "name")), ("node", spec("cluster", "node", "name")),
-            ("fabric", spec("cluster", "fabric", "name")), ("precision", spec("training", "precision")),
-            ("training stack", spec("training", "framework")),
-            ("global batch", spec("training", "global_batch")), ("sequence length", spec("model", "seq_len")),
-            ("tokens to train", spec("training", "tokens"))]
-    shown = {("model", "name"), ("cluster", "num_gpus"), ("training", "precision"), ("training", "framework"),
-             ("training", "global_batch"), ("model", "seq_len"), ("training", "tokens")}
+    rows = [("status", lambda p: p.status)] + [(label, spec(*path)) for label, path in REQUEST_ROWS]
+    shown = {path for _, path in REQUEST_ROWS}
     for section, (title, *keys) in SPEC_SECTIONS.items():
         for f in SECTIONS[section]:
             path = (*keys, f.name)
-            if f.name == "name" or path in shown:
+            if path in shown:  # the names too
                 continue
             if len({_format(_spec_at(plan, *path)) for plan in plans}) > 1:
                 rows.append((f"{title}: {field_label(f)}", spec(*path)))
     return rows
 
+
+# The request's main rows, always shown: (label, path in a stored spec)
+REQUEST_ROWS = (("model", ("model", "name")), ("GPUs", ("cluster", "num_gpus")), ("GPU", ("cluster", "gpu", "name")),
+                ("node", ("cluster", "node", "name")), ("fabric", ("cluster", "fabric", "name")),
+                ("precision", ("training", "precision")), ("training stack", ("training", "framework")),
+                ("global batch", ("training", "global_batch")), ("sequence length", ("model", "seq_len")),
+                ("tokens to train", ("training", "tokens")))
 
 # Spec section -> (its title on the compare page, its path in a stored spec)
 SPEC_SECTIONS = {"model": ("model", "model"), "training": ("training", "training"),

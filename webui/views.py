@@ -28,8 +28,7 @@ def plan_new(request: HttpRequest) -> HttpResponse:
             return redirect(plan)
     else:
         source = Plan.objects.filter(code=request.GET["from"]).first() if _is_uuid(request.GET.get("from")) else None
-        initial = initial_for(catalog, source.spec if source else None)
-        form = PlanForm(catalog=catalog, initial=initial)
+        form = PlanForm(catalog=catalog, initial=initial_for(catalog, source.spec if source else None))
     return render(request, "webui/plan_form.html", {"form": form, "catalog": catalog})
 
 
