@@ -141,13 +141,11 @@ def catalog_seed(*, directory: Path | None = None, restore: bool = False) -> dic
     rows: list[Any] = []
     for path in sorted(Path(directory or FIXTURES_DIR).glob("*.json")):
         rows.extend(json.loads(path.read_text()))
-    sections = {f"webui.{model._meta.model_name}": section for section, model in CATALOG_MODELS.items()}
-
     def key(row: Any) -> tuple[str, str] | None:
         if isinstance(row, dict) and isinstance(row.get("fields"), dict):
-            section = sections.get(str(row.get("model", "")).lower())
-            if section is not None and isinstance(row["fields"].get("name"), str):
-                return section, row["fields"]["name"]
+            model = _LABELS.get(str(row.get("model", "")).lower())
+            if model is not None and isinstance(row["fields"].get("name"), str):
+                return model.SECTION, row["fields"]["name"]
         return None  # catalog_import names what is wrong with it
 
     with transaction.atomic():
