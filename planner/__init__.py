@@ -5,10 +5,10 @@ Public entry points:
     plan(spec, top=10) -> dict                     search the layouts and return the JSON-able answer
 """
 from .errors import FieldError, SpecError
-from .spec import PlanSpec, parse_spec
+from .spec import TOP, PlanSpec, parse_spec
 
 
-def plan(spec: PlanSpec, top: int = 10) -> dict:
+def plan(spec: PlanSpec, top: int = TOP.default) -> dict:
     """Search every layout of `spec`; see planner.report.plan. Imported lazily so that parsing a spec
     does not load the cost model."""
     from .report import plan as _plan

@@ -16,7 +16,7 @@ from .catalog import load_catalog
 from .errors import SpecError
 from .launch import FRAMEWORKS, launch_config
 from .report import plan
-from .spec import parse_spec
+from .spec import TOP, parse_spec, parse_top
 from .validation import DEFAULT_CONFIGS, DEFAULT_RUNS, SEARCH_MAX_LAYOUTS, print_validation, validate
 
 EXIT_BAD_INPUT = 2
@@ -42,12 +42,12 @@ def _run(argv: list[str] | None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan", help="search the layouts of a plan spec and print the answer")
     p.add_argument("spec", help="path to the spec JSON (see docs/plan-spec.md), or - for standard input")
-    p.add_argument("--top", type=_bounded("--top"), default=10, help="how many ranked plans to print (default 10)")
+    p.add_argument("--top", help=f"how many ranked plans to print, {TOP.lo} to {TOP.hi} (default {TOP.default})")
     p.add_argument("--format", choices=("json", "table"), default="json", help="json (default) or table")
     p.add_argument("--export", choices=FRAMEWORKS,
                    help="print the launch configuration of one plan for this framework instead of the answer")
-    p.add_argument("--rank", type=_bounded("--rank"), default=None,
-                   help="with --export: the plan ranked N (1 = best, as in the table; default 1)")
+    p.add_argument("--rank", help=f"with --export: the plan ranked N, {TOP.lo} to {TOP.hi} (1 = best, as in the "
+                                  "table; default 1)")
     sub.add_parser("catalog", help="list the hardware catalog and model presets by name")
     v = sub.add_parser(
         "validate", help="predict published runs with their layouts pinned; print the error per row and group",
@@ -79,10 +79,12 @@ def _run(argv: list[str] | None) -> int:
             return _validate(args)
         if args.rank is not None and args.export is None:
             raise SpecError.one("--rank", "needs --export (the framework whose configuration to print)")
+        top = parse_top(args.top, "--top")
+        rank = parse_top(args.rank, "--rank") if args.rank is not None else 1
         spec = parse_spec(_read_spec(args.spec), load_catalog())
-        answer = plan(spec, top=max(args.top, args.rank or 1))
+        answer = plan(spec, top=max(top, rank))
         if args.export:
-            sys.stdout.write(_export(spec, answer, args.export, args.rank or 1))
+            sys.stdout.write(_export(spec, answer, args.export, rank))
             return 0
     except SpecError as exc:
         source = getattr(args, "spec", None) or " ".join(getattr(args, "runs", None) or ["files"])
@@ -125,19 +127,6 @@ def _export(spec, answer: dict[str, Any], framework: str, rank: int) -> str:
     if rank > len(plans):
         raise SpecError.one("--rank", f"must be between 1 and {len(plans)} (the feasible plans found), not {rank}")
     return launch_config(spec, plans[rank - 1], framework).text
-
-
-def _bounded(flag: str):
-    """An argparse type for a whole number from 1 to 1000, its messages naming `flag`."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be a whole number, not {text!r}") from None
-        if not 1 <= value <= 1000:
-            raise argparse.ArgumentTypeError(f"{flag} must be between 1 and 1000")
-        return value
-    return parse
 
 
 def _read_spec(path: str) -> Any:

@@ -15,13 +15,13 @@ from .memory import GIB, Layouts, MemoryBreakdown, memory_per_gpu
 from .model import ParamCount, hardware_flops_per_step, model_flops_per_step
 from .placement import Placement, placement_map
 from .search import Evaluation, label, search
-from .spec import RANK_ORDERS, RECOMPUTE, PlanSpec
+from .spec import RANK_ORDERS, RECOMPUTE, TOP, PlanSpec
 from .steptime import Collective, StepTimes, group_columns, step_times
 
 MAX_CHART_CANDIDATES = 500
 
 
-def plan(spec: PlanSpec, top: int = 10) -> dict[str, Any]:
+def plan(spec: PlanSpec, top: int = TOP.default) -> dict[str, Any]:
     """Search every layout of `spec` and return the answer: ranked plans, rejections, chart data."""
     started = time.perf_counter()
     ev, rejected, considered, pc = search(spec)

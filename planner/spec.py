@@ -332,6 +332,10 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
 
 MAX_GPUS = 1_048_576
 
+# How many ranked layouts an answer keeps: the one bound for the CLI's --top and --rank, the API's ?top= and the
+# saved plans (the form keeps the default). An answer's size, not a search bound: every layout is searched anyway.
+TOP = Field("top", int, 10, lo=1, hi=50, help="How many ranked layouts the answer keeps.")
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -612,6 +616,15 @@ def text_problem(value: str) -> str | None:
     if any(c in BIDI_CONTROLS for c in value):
         return "must not contain bidirectional control characters (they reorder the page around it)"
     return None
+
+
+def parse_top(value: Any, name: str = "top") -> int:
+    """A request's `top` (a number, or text from a query string or a command line; None for the default) within
+    TOP's bounds. Raises a SpecError naming `name` ("top", "--top", "--rank")."""
+    errs = _Collector()
+    top = _coerce(TOP, value, name, errs)
+    errs.raise_if_any()
+    return TOP.default if top is None else top
 
 
 def fmt_number(x: float) -> str:

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from planner import SpecError, parse_spec
 from planner.catalog import spec_fields_of
-from planner.spec import lone_surrogate
+from planner.spec import TOP, lone_surrogate
 
 
 class CatalogRow(models.Model):
@@ -260,7 +260,7 @@ class Plan(models.Model):
                             help_text="The canonical spec: every default filled in, catalog names expanded.")
     spec_hash = models.CharField(max_length=64, db_index=True,
                                  help_text="sha256 of the canonical spec JSON and the engine version.")
-    top = models.PositiveSmallIntegerField(default=10, help_text="How many ranked layouts to keep.")
+    top = models.PositiveSmallIntegerField(default=TOP.default, help_text="How many ranked layouts to keep.")
     # The canonical spec cannot tell a stated value from a filled-in default, so the request's own say is kept.
     option_sources = models.JSONField(
         default=dict, blank=True,
@@ -335,7 +335,7 @@ class Sweep(models.Model):
     # PostgreSQL's jsonb does not keep an object's key order, and the axes' order is the table's and the charts'.
     axes = models.JSONField(default=list, help_text="The paths of `vary`, in the order given.")
     goal = models.JSONField(null=True, blank=True, help_text='{"tokens", "deadline_days", "budget"} or empty.')
-    top = models.PositiveSmallIntegerField(default=10, help_text="Ranked layouts kept by each scenario's plan.")
+    top = models.PositiveSmallIntegerField(default=TOP.default, help_text="Ranked layouts kept by each scenario's plan.")
     client = models.CharField(max_length=64, blank=True, db_index=True,
                               help_text="Who asked (an address): sweeps of one client share a quota of scenarios "
                                         "waiting or running (settings.SWEEP_MAX_PENDING_PER_CLIENT).")

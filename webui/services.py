@@ -25,7 +25,7 @@ import planner
 from planner import PlanSpec, SpecError, accuracy, parse_spec, stacks
 from planner.catalog import FIXTURES_DIR, Catalog
 from planner.constants import ENGINE_VERSION
-from planner.spec import text_problem
+from planner.spec import TOP, text_problem
 from planner.launch import launch_configs
 
 from . import delivery, options
@@ -226,7 +226,7 @@ def spec_option_sources(*, data: Any, catalog: Catalog | None = None) -> dict[st
     return options.option_sources(data=data, catalog=catalog)
 
 
-def plan_create(*, spec: PlanSpec, top: int = 10, sources: dict[str, str] | None = None) -> Plan:
+def plan_create(*, spec: PlanSpec, top: int = TOP.default, sources: dict[str, str] | None = None) -> Plan:
     """A new plan for this spec, with its own code. When the same request (spec, engine version, `top`) has
     an answer already, the new plan reuses it at once, with a link to the original, and no search runs.
     Otherwise it is saved queued and its task sent once the row is committed (the worker must see it).

@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.urls import reverse
 
 from planner import SpecError
-from planner.spec import fmt_number
+from planner.spec import TOP, fmt_number
 from planner.whatif.goal import best, outcome, parse_goal, verdict
 from planner.whatif.sweep import Scenario, expand, key_name, scenario_doc
 
@@ -45,7 +45,7 @@ class SweepQuotaExceeded(Exception):
     """The client's earlier sweeps still have too many scenarios waiting or running for this one (a 429)."""
 
 
-def sweep_create(*, data: Any, top: int = 10, client: str = "") -> Sweep:
+def sweep_create(*, data: Any, top: int = TOP.default, client: str = "") -> Sweep:
     """Check the whole sweep (every scenario parsed, the goal) and then save it with one plan per scenario,
     each sent to the workers once the sweep is committed. Raises SpecError naming each problem: `vary.<path>`
     for an axis or a scenario it makes invalid, `base.<path>`, `goal.<field>`; SweepQuotaExceeded when the

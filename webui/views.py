@@ -12,6 +12,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from planner import SpecError, jsonio, stacks
+from planner.spec import parse_top
 
 from . import charts, services, validation_charts
 from .forms import PlanForm, initial_for
@@ -159,18 +160,10 @@ def _errors(errors: dict[str, list[str]], status: int = 400) -> JsonResponse:
     return JsonResponse({"errors": errors}, status=status)
 
 
-MAX_TOP = 50  # ranked layouts a plan keeps (the form asks for the default)
-
-
 def _top(request: HttpRequest) -> int:
-    """?top=N, the ranked layouts to keep: 1 to MAX_TOP, 10 when absent. Anything else is a SpecError naming `top`
-    (0, -3 and 51 were quietly read as 1, 1 and 50, and "abc" as 10)."""
-    raw = request.GET.get("top")
-    if raw is None:
-        return 10
-    if raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_TOP:
-        return int(raw)
-    raise SpecError.one("top", f"must be a whole number from 1 to {MAX_TOP} (got {raw[:40]!r})")
+    """?top=N, the ranked layouts to keep, within the engine's bounds (planner.spec.TOP, as the CLI's --top);
+    the default when absent. Anything else is a SpecError naming `top`."""
+    return parse_top(request.GET.get("top"))
 
 
 def _rank(request: HttpRequest) -> int:
