@@ -7,15 +7,34 @@ MAX_DEPTH is refused as bad input, with a ValueError like the decoder's own.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 MAX_DEPTH = 32  # a plan spec nests 3 levels (cluster.gpu.name), a sweep 5 (vary.model: [{...}])
 
 
+class Overflow(float):
+    """A JSON number past the largest double (1e400, -1e400): +-inf, like the non-standard literal Infinity, but
+    a number the user wrote, so the engine says it is past a field's bound, as it does for the text "1e400".
+    `text` is the number as written, for messages that quote it."""
+
+    text: str
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if math.isfinite(value):
+        return value
+    overflow = Overflow(value)
+    overflow.text = text[:40]
+    return overflow
+
+
 def loads(text: str | bytes) -> Any:
-    """json.loads, raising ValueError (never RecursionError) for text nested deeper than MAX_DEPTH."""
+    """json.loads, raising ValueError (never RecursionError) for text nested deeper than MAX_DEPTH. A number
+    too large for a double is an Overflow, not the inf that Infinity also decodes to."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_float=_float)
     except RecursionError:
         raise ValueError(f"nested more than {MAX_DEPTH} levels deep") from None
     if _depth_exceeds(data, MAX_DEPTH):

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from .constants import FRAGMENTATION_FRACTION
 from .errors import FieldError, SpecError
+from .jsonio import Overflow
 from .stacks import FRAMEWORKS, GENERIC, with_stack
 
 REQUIRED = object()  # sentinel: the field has no default
@@ -648,7 +649,7 @@ def as_number(value: Any) -> float | None:
         except OverflowError:  # more digits than a float holds: out of any bound, said as such
             return math.inf if value > 0 else -math.inf
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        return value if math.isfinite(value) or isinstance(value, Overflow) else None
     if isinstance(value, str):
         # Plain decimal notation only: Python's float() also reads "1_000", "inf", "nan" and digits of other
         # scripts ("１２８"), which a person typing a number does not mean (and "1,000" it refuses).
@@ -670,12 +671,13 @@ def _describe(value: Any) -> str:
         return repr(value[:40])
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float) and not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value) and not isinstance(value, Overflow):
         return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
     return JSON_KINDS.get(type(value), type(value).__name__)
 
 
-JSON_KINDS = {type(None): "null", dict: "an object", list: "a list", int: "a number", float: "a number"}
+JSON_KINDS = {type(None): "null", dict: "an object", list: "a list", int: "a number", float: "a number",
+              Overflow: "a number"}
 
 
 def _section(data: Any, path: str, spec_fields: tuple[Field, ...], errs: _Collector) -> dict[str, Any] | None:

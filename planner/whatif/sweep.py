@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..errors import FieldError, SpecError
+from ..jsonio import Overflow
 from ..spec import SECTIONS, PlanSpec, fmt_number, modified_name, parse_spec, text_problem
 
 MAX_SCENARIOS = 1024  # the issue's bound: a sweep is a study, not a search of its own
@@ -186,6 +187,8 @@ def value_text(value: Any) -> str:
     inline object by its name when it has one (an inline node {"name": "6g", ...} is "6g"), else as JSON."""
     if isinstance(value, str):
         return value
+    if isinstance(value, Overflow):
+        return value.text  # 1e400 as written, not JSON's Infinity
     if isinstance(value, Mapping) and isinstance(value.get("name"), str) and value["name"].strip():
         return value["name"]
     if isinstance(value, float) and math.isfinite(value):
@@ -194,7 +197,7 @@ def value_text(value: Any) -> str:
 
 
 def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    text = value_text(value) if isinstance(value, (str, Overflow)) else json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -268,3 +268,17 @@ def test_a_top_out_of_range_is_a_400_naming_top(client, seeded, small_spec, top,
 def test_a_top_in_range_keeps_that_many_layouts(client, seeded, small_spec):
     code = client.post("/api/plans?top=2", small_spec, content_type="application/json").json()["code"]
     assert Plan.objects.get(code=code).top == 2
+
+
+def test_a_number_past_a_double_is_past_the_fields_bound_on_plans_and_sweeps(client, seeded, small_spec):
+    # JSON's 1e400 is a number the user wrote; it was "must be a number, not Infinity" (the decoder's inf).
+    text = json.dumps(small_spec).replace('"global_batch": 256', '"global_batch": 1e400')
+    response = client.post("/api/plans", text, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["errors"] == {"training.global_batch": ["must be at most 16777216 sequences"]}
+    sweep = json.dumps({"base": small_spec, "vary": {"training.global_batch": [128, 256]}}).replace("128", "-1e400")
+    response = client.post("/api/sweeps", sweep, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["errors"]["vary.training.global_batch"] == [
+        "scenario {training.global_batch: -1e400}: training.global_batch: must be at least 1 sequence"]
+    assert not Plan.objects.exists()
