@@ -247,6 +247,26 @@ def test_a_plan_on_each_new_gpu_and_fabric_renders_with_launch_configs(web, work
     for url in (plans[-1].get_absolute_url(), "/", "/validation/", "/sweeps/new/"):
         phone.goto(web.url + url)
         assert phone.evaluate("document.documentElement.scrollWidth") <= 420, url
+    # ... and every chart title is whole on a 375 px phone, wrapped above its plot (Plotly cut them at the edge).
+    phone.set_viewport_size({"width": 375, "height": 900})
+    for url in (plans[-1].get_absolute_url(), "/validation/"):
+        phone.goto(web.url + url)
+        phone.wait_for_selector(".chart .gtitle")
+        titles = phone.eval_on_selector_all(".chart", CHART_TITLE_BOXES)
+        assert len(titles) >= 3, titles
+        for t in titles:
+            assert 0 <= t["top"] and t["right"] <= t["width"] and t["bottom"] <= t["plot_top"], (url, t)
+        assert any(t["lines"] > 1 for t in titles), titles  # at 375 px some were wider than the chart
+
+
+# Each drawn chart's title box against its chart (left, top = 0) and the top of its plot area, in pixels.
+CHART_TITLE_BOXES = """charts => charts.filter(c => c.querySelector('.gtitle')).map(c => {
+  const box = c.getBoundingClientRect(), title = c.querySelector('.gtitle').getBoundingClientRect();
+  const plot = c.querySelector('.bglayer rect, .nsewdrag').getBoundingClientRect();
+  return {name: c.id, top: title.top - box.top, bottom: title.bottom - box.top, right: title.right - box.left,
+          width: box.width, plot_top: plot.top - box.top,
+          lines: Math.max(1, c.querySelectorAll('.gtitle tspan.line').length)};
+})"""
 
 
 def test_the_validation_page_draws_its_charts(web, seeded, browser):
