@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from ..errors import FieldError, SpecError
 from ..jsonio import Overflow
-from ..spec import SECTIONS, PlanSpec, fmt_number, modified_name, parse_spec, text_problem
+from ..spec import SECTIONS, PlanSpec, fmt_number, parse_spec, text_problem
 
 MAX_SCENARIOS = 1024  # the issue's bound: a sweep is a study, not a search of its own
 MAX_AXES = 8
@@ -100,11 +100,12 @@ def scenario_doc(base: Mapping[str, Any], values: Mapping[str, Any],
                  catalog: Mapping[str, Mapping[str, Mapping]] | None = None) -> dict[str, Any]:
     """The base spec with this scenario's values set, as a spec document for parse_spec. A model preset
     (a name, in the base or on the `model` axis) becomes its catalog row; a field under a hardware entry given
-    by name (`cluster.gpu.memory_gib` over "H100 SXM5 80GB") overrides that field of the named row."""
+    by name (`cluster.gpu.memory_gib` over "H100 SXM5 80GB") overrides that field of the named row, which the
+    engine fills in. Either is then named "NAME (modified)" by the engine where a value differs from the row's
+    (planner.spec._rename_if_changed), as the same request from the form, the API or the CLI is."""
     doc = copy.deepcopy(dict(base))
     if "model" in values:
         doc["model"] = copy.deepcopy(values["model"])
-    rows: dict[tuple[str, ...], Mapping[str, Any]] = {}  # the catalog rows named, by the section they fill
     if isinstance(doc.get("model"), str):  # before any model.* axis, which overrides a field of the preset
         problem = text_problem(doc["model"])
         if problem:  # as the plans API says it, before any catalog lookup
@@ -113,49 +114,24 @@ def scenario_doc(base: Mapping[str, Any], values: Mapping[str, Any],
         if preset is None:
             names = ", ".join(sorted((catalog or {}).get("model") or {})[:20])
             raise SpecError.one("model", f"unknown model preset {doc['model'][:60]!r} (known: {names})")
-        doc["model"] = dict(preset)
-        rows[("model",)] = preset
+        doc["model"] = dict(preset)  # an inline model inherits nothing from a preset of its name
     for path, value in sorted(values.items(), key=lambda kv: kv[0].count(".")):  # whole sections first
         if path != "model":
-            _set(doc, path.split("."), copy.deepcopy(value), catalog, rows)
-    _rename_modified(doc, values, rows)
+            _set(doc, path.split("."), copy.deepcopy(value))
     return doc
 
 
-def _set(doc: dict[str, Any], keys: list[str], value: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None,
-         rows: dict[tuple[str, ...], Mapping[str, Any]]) -> None:
+def _set(doc: dict[str, Any], keys: list[str], value: Any) -> None:
     target = doc
-    for depth, key in enumerate(keys[:-1]):
+    for key in keys[:-1]:
         child = target.get(key)
         if isinstance(child, str):  # a catalog name: the named row with this field overridden
-            section = CATALOG_PATHS.get(".".join(keys[:depth + 1]))
-            row = ((catalog or {}).get(section) or {}).get(child.strip()) if section else None
-            if row is not None:
-                rows[tuple(keys[:depth + 1])] = row
             child = {"name": child}
         elif not isinstance(child, dict):
             child = {}
         target[key] = child = dict(child)
         target = child
     target[keys[-1]] = value
-
-
-def _rename_modified(doc: dict[str, Any], values: Mapping[str, Any],
-                     rows: dict[tuple[str, ...], Mapping[str, Any]]) -> None:
-    """A catalog row an axis changed is named "<name> (modified)", as the plan form names one a person edited:
-    a scenario must not name hardware or a model it does not describe. The row's other fields are copied in,
-    since the engine would no longer find them by name. A value equal to the row's keeps the name."""
-    for where, row in rows.items():
-        changed = [p for p in values if p.startswith(".".join(where) + ".")
-                   and row.get(p.split(".")[-1]) != values[p]]
-        if not changed:
-            continue
-        section = doc
-        for key in where[:-1]:
-            section = section[key]
-        entry = section[where[-1]]
-        section[where[-1]] = {**row, **{k: v for k, v in entry.items() if k != "name"},
-                              "name": modified_name(str(row.get("name") or entry.get("name")))}
 
 
 def _scenario_errors(err: SpecError, values: dict[str, Any],

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner import SpecError
+from planner import SpecError, parse_spec
 from planner.whatif.sweep import MAX_SCENARIOS, axis_paths, expand, scenario_doc, scenario_label, value_text
 
 BASE = {"model": "Llama 3 70B", "training": {"global_batch": 1024, "precision": "bf16"},
@@ -119,8 +119,13 @@ def test_every_engine_field_is_a_path_and_the_base_is_not_changed(catalog):
             "cluster.fabric.latency_us"} <= set(paths)
     base = {**BASE, "cluster": dict(BASE["cluster"])}
     doc = scenario_doc(base, {"cluster.gpu.memory_gib": 96}, catalog)
-    assert doc["cluster"]["gpu"] == {**catalog["gpu"]["H100 SXM5 80GB"], "memory_gib": 96,
-                                     "name": "H100 SXM5 80GB (modified)"}  # the row, changed, named so
+    # The named row with the axis's field over it, as a request would write it; the engine fills in the rest
+    # from the row and names it "(modified)", as it does for the API and the CLI.
+    assert doc["cluster"]["gpu"] == {"name": "H100 SXM5 80GB", "memory_gib": 96}
+    assert parse_spec(doc, catalog).cluster.gpu == parse_spec(
+        {**doc, "cluster": {**doc["cluster"], "gpu": {**catalog["gpu"]["H100 SXM5 80GB"], "memory_gib": 96,
+                                                      "name": "H100 SXM5 80GB (modified)"}}}, catalog).cluster.gpu
+    assert parse_spec(doc, catalog).cluster.gpu.name == "H100 SXM5 80GB (modified)"
     assert base["cluster"]["gpu"] == "H100 SXM5 80GB"
     assert scenario_label({"cluster.num_gpus": 100, "training.precision": "fp8"}) == (
         "{cluster.num_gpus: 100, training.precision: fp8}")

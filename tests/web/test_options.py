@@ -172,6 +172,22 @@ def test_a_sweep_axis_on_an_option_counts_as_set_for_its_scenarios(client, catal
     assert {p.option_sources["cluster.gpu.gemm_efficiency"] for p in plans} == {"catalog"}
 
 
+def test_a_sweep_axis_on_a_catalog_rows_field_leaves_its_other_fields_the_catalogs(client, catalog, small_spec):
+    # A scenario with cluster.gpu.memory_gib over the H100 row is the same request as the API's {"name": H100,
+    # "memory_gib": 64}: same spec, and the same sources. The sweep copied the row in, so every other GPU field
+    # read "set in the request".
+    response = client.post("/api/sweeps", {"base": small_spec, "vary": {"cluster.gpu.memory_gib": [64]}},
+                           content_type="application/json")
+    assert response.status_code == 201, response.json()
+    (scenario,) = Plan.objects.filter(sweep_scenarios__isnull=False)
+    direct = {**small_spec, "cluster": {**small_spec["cluster"], "gpu": {"name": H100, "memory_gib": 64}}}
+    code = client.post("/api/plans", direct, content_type="application/json").json()["code"]
+    plan = Plan.objects.get(code=code)
+    assert plan.spec == scenario.spec and plan.spec["cluster"]["gpu"]["name"] == f"{H100} (modified)"
+    assert plan.option_sources == scenario.option_sources
+    assert scenario.option_sources["cluster.gpu.gemm_efficiency"] == "catalog"
+
+
 def test_a_plan_saved_before_options_were_recorded_still_renders(client, catalog, small_spec):
     spec = services.spec_parse(data=small_spec).to_dict()
     for name in ("tp_comm_overlap", "fp8_recipe"):  # an older engine's spec, without options added since
