@@ -102,12 +102,14 @@ def _parallel(job: Job, arg, em: Emitter) -> None:
 
 def _uneven_stages(job: Job, arg, em: Emitter) -> None:
     """Megatron splits layers evenly unless the first and last stages are given fewer; the planner's stages
-    hold ceil(layers / PP), so the shortfall goes to the first and last stages."""
+    hold ceil(layers / PP), so the shortfall goes to the first and last stages. With virtual stages, Megatron-Core
+    also needs the first, the last and each middle stage's layers to divide by their count (TransformerConfig's
+    checks of num_layers_in_first/last_pipeline_stage), or it refuses the arguments."""
     short = job.layers_per_stage * job.pp - job.spec.model.layers
     if short == 0:
         return
     first, last = job.layers_per_stage - (short + 1) // 2, job.layers_per_stage - short // 2
-    if job.pp < 3 or first < 1 or (job.vpp > 1 and (first % job.vpp or last % job.vpp)):
+    if job.pp < 3 or first < 1 or (job.vpp > 1 and any(n % job.vpp for n in (first, last, job.layers_per_stage))):
         em.note(f"{job.spec.model.layers} layers over PP {job.pp}: stages of up to {job.layers_per_stage} "
                 "layers need --pipeline-model-parallel-layout, written by hand")
         return

@@ -580,3 +580,13 @@ def test_megatron_says_when_a_stage_does_not_split_into_its_virtual_stages():
     assert any("15 layers per pipeline stage do not split into 2 virtual stages" in n for n in config.notes)
     spec, entry = small_plan(H100_32, {"tp": 8, "pp": 2, "vpp": 3})  # 15 = 3 x 5: nothing to say
     assert not any("virtual stages" in n for n in launch_config(spec, entry, "megatron").notes)
+
+
+def test_megatron_notes_virtual_stages_that_do_not_split_the_middle_stages():
+    # 30 layers over PP 4: stages of 7, 8, 8, 7. Seven virtual stages split the first and last but not the middle
+    # ones, which Megatron-Core refuses; the arguments used to be given with no word.
+    spec, entry = small_plan(H100_32, {"tp": 8, "pp": 4, "vpp": 7})
+    export = launch_config(spec, entry, "megatron")
+    m = megatron_args(export.text)
+    assert "--decoder-first-pipeline-num-layers" not in m and m["--num-virtual-stages-per-pipeline-rank"] == "7"
+    assert any("need --pipeline-model-parallel-layout" in n for n in export.notes), export.notes
