@@ -283,13 +283,15 @@ def _cp_comm(spec: PlanSpec, lay: Layouts, placement: dict[str, GroupColumn], to
              micro: np.ndarray, lt: LayerTimes) -> Collective:
     """Ring attention (Liu et al. 2023; Megatron-Core context parallelism): each layer passes this rank's K and V
     chunk around the CP ring, cp - 1 hops forward and twice that backward (K, V and their gradients), overlapped
-    with the attention on the chunk already received; only the excess is exposed."""
+    with the attention on the chunk already received, by the rule every overlapped collective follows
+    (`_exposed`: the excess over DP_OVERLAP_EFFICIENCY of the window, plus COMM_INTERFERENCE of the hidden part;
+    the ring's send/recv kernels take SMs from the attention as any NCCL kernel does)."""
     m = spec.model
     hop_bytes = 2.0 * tokens * kv_dim(m) / lay.tp * ACT_BYTES
     hops = (lay.cp - 1) * (3.0 + lay.full_share)
     c = _collective(spec, placement, "cp", "send_recv", hop_bytes, hops * n * micro)
-    hidden = (lt.attention_fwd + lt.attention_bwd) * n * micro
-    c.exposed_s = np.maximum(0.0, c.time_s - hidden)
+    window = (lt.attention_fwd + lt.attention_bwd) * n * micro
+    c.exposed_s = _exposed(c.time_s, C.DP_OVERLAP_EFFICIENCY * window)
     return c
 
 
