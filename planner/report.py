@@ -37,6 +37,8 @@ def plan(spec: PlanSpec, top: int = TOP.default) -> dict[str, Any]:
         "spec": spec.to_dict(),
         "model": {"params": int(pc.total), "active_params": int(pc.active),
                   "flops_per_step": float(model_flops_per_step(spec.model, spec.training.global_batch)),
+                  # the denominator of every plan's MFU and HFU
+                  "utilization_peak_tflops": float(utilization_peak_tflops(spec)),
                   "tokens_per_step": int(spec.training.global_batch * spec.model.seq_len)},
         "searched": int(considered),
         "feasible": int(len(ev.step)),
@@ -99,6 +101,13 @@ def training_seconds(tokens: float, tokens_per_step: float, step_time_s: float) 
     return steps * step_time_s  # steps × s per step
 
 
+def utilization_peak_tflops(spec: PlanSpec) -> float:
+    """The dense peak MFU and HFU are measured against (TFLOP/s per GPU): the training precision's, so FP8 runs
+    against the FP8 peak (twice the 16-bit one on Hopper and Blackwell)."""
+    gpu = spec.cluster.gpu
+    return gpu.fp8_peak_tflops if spec.training.precision == "fp8" else gpu.peak_tflops
+
+
 def plan_entry(spec: PlanSpec, top: Layouts, j: int, placement: Placement, st: StepTimes,
                mem: MemoryBreakdown) -> dict[str, Any]:
     """Everything about the candidate of rank j + 1: row j of `top`, its step times `st` (with the per-collective
@@ -109,8 +118,7 @@ def plan_entry(spec: PlanSpec, top: Layouts, j: int, placement: Placement, st: S
     model_flops = model_flops_per_step(spec.model, tr.global_batch)
     hw_flops = hardware_flops_per_step(spec.model, tr.global_batch, RECOMPUTE[int(one.recompute[0])],
                                        float(one.full_share[0]))
-    # MFU and HFU are against the dense peak of the training precision: FP8 runs against the FP8 peak.
-    peak = spec.cluster.gpu.fp8_peak_tflops if tr.precision == "fp8" else spec.cluster.gpu.peak_tflops
+    peak = utilization_peak_tflops(spec)
     tokens_per_s = tr.global_batch * spec.model.seq_len / step
     train_s = training_seconds(tr.tokens, tr.global_batch * spec.model.seq_len, step) if tr.tokens else None
     capacity = spec.cluster.gpu.memory_gib

@@ -176,7 +176,7 @@ def _throughput_rows() -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
     def mfu(b: dict[str, Any]) -> Any:  # a percentage, as the plan and sweep pages show it
         return percent(b["mfu"]) if isinstance(b.get("mfu"), (int, float)) else None
     return [("layout", lambda b: b.get("label")), ("step time (s)", lambda b: b.get("step_time_s")),
-            ("tokens/s", lambda b: b.get("tokens_per_s")), ("MFU", mfu),
+            ("tokens/s", lambda b: b.get("tokens_per_s")), ("MFU (of the precision's peak)", mfu),
             ("memory per GPU (GiB)", lambda b: (b.get("memory_gib") or {}).get("total")),
             ("time to train (days)", days), ("GPU-hours", lambda b: b.get("gpu_hours"))]
 

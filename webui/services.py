@@ -365,6 +365,17 @@ NO_LAYOUT_ADVICE = {
 GENERAL_ADVICE = "more GPUs, GPUs with more memory, a smaller global batch or a shorter sequence"
 
 
+def plan_peak_note(*, plan: Plan) -> str:
+    """What MFU is measured against, "of the FP8 peak, 1,979 TFLOP/s a GPU": an FP8 plan's MFU beside a BF16
+    plan's reads as worse though it is faster. Empty for answers saved before the engine gave the peak."""
+    peak = ((plan.result or {}).get("model") or {}).get("utilization_peak_tflops")
+    if not isinstance(peak, (int, float)):
+        return ""
+    precision = (plan.spec.get("training") or {}).get("precision")
+    name = "FP8" if precision == "fp8" else "dense 16-bit"
+    return f"of the {name} peak, {peak:,.0f} TFLOP/s a GPU"
+
+
 def plan_no_layout_advice(*, result: Any) -> str:
     """What usually helps a request none of whose layouts fits, from its commonest rejection."""
     ranked = by_count(result.get("rejected")) if isinstance(result, dict) else []

@@ -42,6 +42,7 @@ def plan_detail(request: HttpRequest, code: str) -> HttpResponse:
         context["accuracy"] = services.plan_accuracy(plan=plan)
         context["ties"] = services.plan_ties(plan=plan, stated=context["accuracy"])
         context["no_layout_advice"] = services.plan_no_layout_advice(result=plan.result)
+        context["peak_note"] = services.plan_peak_note(plan=plan)
     if plan.status == Plan.Status.QUEUED:
         context["queue_position"] = services.plan_queue_position(plan=plan)
     try:

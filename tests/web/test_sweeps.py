@@ -240,7 +240,7 @@ def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded
     assert {"weights", "activations", "total"} <= set(sections["Memory per GPU (GiB)"])
     assert "time to train (days)" in sections["Throughput and time to train"]
     # MFU reads as on the plan and sweep pages: a percentage, not a fraction.
-    assert sections["Throughput and time to train"]["MFU"]["cells"] == [
+    assert sections["Throughput and time to train"]["MFU (of the precision's peak)"]["cells"] == [
         f"{p.result['plans'][0]['mfu'] * 100:.1f}%" for p in (a, b)]
     figures = response.context["figures"]
     assert [t["x"] for t in figures["step-time"]["data"] if t["name"] == "compute"] == [

@@ -127,6 +127,21 @@ def test_a_done_plan_shows_the_best_layout_alternatives_rejections_and_charts(cl
     assert 'http-equiv="refresh"' not in page
 
 
+@pytest.mark.parametrize("precision, note", [("bf16", "of the dense 16-bit peak, 989 TFLOP/s a GPU"),
+                                             ("fp8", "of the FP8 peak, 1,979 TFLOP/s a GPU")])
+def test_mfu_says_which_peak_it_is_measured_against(client, small_spec, seeded, precision, note):
+    # An FP8 plan's MFU is of the FP8 peak, twice the BF16 one on an H100: beside a BF16 plan's it reads as worse
+    # though it is faster, so the page says so.
+    small_spec["training"]["precision"] = precision
+    plan = services.plan_run(plan_id=make_plan(small_spec).pk)
+    assert plan.result["model"]["utilization_peak_tflops"] == {"bf16": 989.0, "fp8": 1979.0}[precision]
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert f'<small class="muted" id="mfu-peak">{note}</small>' in page
+    best = plan.result["plans"][0]
+    assert best["mfu"] == pytest.approx(best["model_tflops_per_gpu"] / plan.result["model"]["utilization_peak_tflops"],
+                                        rel=1e-3)
+
+
 def test_a_plan_naming_a_stack_says_how_the_model_does_on_that_stacks_runs(client, small_spec, seeded):
     small_spec["training"]["framework"] = "torchtitan"
     plan = services.plan_run(plan_id=make_plan(small_spec).pk)
