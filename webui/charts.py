@@ -220,13 +220,28 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
     shown, total = pm.get("gpus_shown", len(cells)), pm.get("gpus_total", len(cells))
     title = "Placement of the best plan"
     if total and shown and shown < total:
-        title += f" ({shown:,} of {total:,} GPUs shown, from the first pipeline stages)"
+        title += f" ({shown:,} of {total:,} GPUs shown: {_shown_part(result, cells)})"
     title += ("<br><span style='font-size:12px'>GPUs by node; NVLink domains outlined; colour = pipeline stage; "
               "label = rank in its TP group and DP replica</span>")
     return {"data": data, "layout": _layout(
         title, height=min(2000, 140 + 30 * len(nodes)), shapes=shapes,
         xaxis={"title": {"text": "GPU slot in node"}, "dtick": 1},
         yaxis={"autorange": "reversed", "type": "category", "automargin": True})}
+
+
+def _shown_part(result: dict[str, Any], cells: list[dict[str, Any]]) -> str:
+    """Which GPUs a sampled map holds (planner.placement._shown_gpus: the first whole nodes of up to four pipeline
+    stages): "the first of each of the 4 pipeline stages", "the first of stages 0-3 of 16"."""
+    plans = result.get("plans") or [{}]
+    pp = int(((plans[0] if isinstance(plans[0], dict) else {}).get("layout") or {}).get("pp") or 1)
+    stages = sorted({int(c.get("pp") or 0) for c in cells})
+    if pp <= 1:
+        return "the first ones"
+    if len(stages) == pp:
+        return f"the first of each of the {pp} pipeline stages"
+    named = (f"{stages[0]}-{stages[-1]}" if stages == list(range(stages[0], stages[-1] + 1))
+             else ", ".join(map(str, stages)))
+    return f"the first of pipeline stages {named} of {pp}"
 
 
 def candidates_scatter(result: dict[str, Any]) -> Figure | None:

@@ -114,6 +114,25 @@ def test_an_nvlink_domain_larger_than_a_node_is_outlined_across_nodes():
     assert "16 of 144 GPUs" in fig["layout"]["title"]["text"]
 
 
+@pytest.mark.parametrize("pp, shown", [(4, "the first of each of the 4 pipeline stages"),
+                                       (16, "the first of pipeline stages 0-7 of 16"), (1, "the first ones")])
+def test_a_sampled_placement_map_says_which_gpus_it_shows(pp, shown):
+    # From the engine's own sample (planner.placement.placement_map): whole nodes from the start of up to four
+    # stages. The title said "from the first pipeline stages" where the map held every stage's first nodes.
+    from planner.catalog import load_catalog
+    from planner.placement import placement_map
+    from planner.spec import parse_spec
+
+    from tests.engine.conftest import example
+
+    spec = parse_spec(example("llama3-70b-h100-512-pinned"), load_catalog())  # the shipped catalog
+    answer = copy.deepcopy(ANSWER)
+    answer["plans"][0]["layout"] = {"pp": pp}
+    answer["placement_map"] = placement_map(spec.cluster, 4, 1, 512 // 4 // pp, pp, 1, "tp-cp-dp-pp")
+    title = charts.placement_map(answer)["layout"]["title"]["text"]
+    assert title.startswith(f"Placement of the best plan (256 of 512 GPUs shown: {shown})<br>")
+
+
 def test_the_candidates_chart_joins_the_pareto_front_and_stars_the_best():
     fig = charts.candidates_scatter(ANSWER)
     names = {t["name"]: (t["x"], t["y"]) for t in fig["data"]}
