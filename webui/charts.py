@@ -7,7 +7,7 @@ answer from an older or newer engine still renders.
 from __future__ import annotations
 
 import math
-
+from collections import Counter
 from typing import Any
 
 Figure = dict[str, Any]
@@ -231,17 +231,25 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
 
 def _shown_part(result: dict[str, Any], cells: list[dict[str, Any]]) -> str:
     """Which GPUs a sampled map holds (planner.placement._shown_gpus: the first whole nodes of up to four pipeline
-    stages): "the first of each of the 4 pipeline stages", "the first of stages 0-3 of 16"."""
+    stages, then the nodes after them): "the first 64 of each of the 4 pipeline stages", "all of pipeline stages
+    0-7 of 16"."""
     plans = result.get("plans") or [{}]
     pp = int(((plans[0] if isinstance(plans[0], dict) else {}).get("layout") or {}).get("pp") or 1)
-    stages = sorted({int(c.get("pp") or 0) for c in cells})
     if pp <= 1:
-        return "the first ones"
+        return f"the first {len(cells):,}"
+    per_stage = Counter(int(c.get("pp") or 0) for c in cells)
+    stages = sorted(per_stage)
     if len(stages) == pp:
-        return f"the first of each of the {pp} pipeline stages"
-    named = (f"{stages[0]}-{stages[-1]}" if stages == list(range(stages[0], stages[-1] + 1))
-             else ", ".join(map(str, stages)))
-    return f"the first of pipeline stages {named} of {pp}"
+        which = f"each of the {pp} pipeline stages"
+    elif stages == list(range(stages[0], stages[-1] + 1)):
+        which = f"pipeline stages {stages[0]}-{stages[-1]} of {pp}"
+    else:
+        which = f"pipeline stages {', '.join(map(str, stages))} of {pp}"
+    counts = set(per_stage.values())
+    total = int((result.get("placement_map") or {}).get("gpus_total") or 0)
+    if counts == {total // pp}:
+        return f"all of {which}"
+    return f"the first {counts.pop():,} of {which}" if len(counts) == 1 else f"the first GPUs of {which}"
 
 
 def candidates_scatter(result: dict[str, Any]) -> Figure | None:

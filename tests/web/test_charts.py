@@ -114,8 +114,8 @@ def test_an_nvlink_domain_larger_than_a_node_is_outlined_across_nodes():
     assert "16 of 144 GPUs" in fig["layout"]["title"]["text"]
 
 
-@pytest.mark.parametrize("pp, shown", [(4, "the first of each of the 4 pipeline stages"),
-                                       (16, "the first of pipeline stages 0-7 of 16"), (1, "the first ones")])
+@pytest.mark.parametrize("pp, shown", [(4, "the first 64 of each of the 4 pipeline stages"),
+                                       (16, "all of pipeline stages 0-7 of 16"), (1, "the first 256")])
 def test_a_sampled_placement_map_says_which_gpus_it_shows(pp, shown):
     # From the engine's own sample (planner.placement.placement_map): whole nodes from the start of up to four
     # stages. The title said "from the first pipeline stages" where the map held every stage's first nodes.
