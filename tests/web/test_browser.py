@@ -233,7 +233,7 @@ def test_a_plan_on_each_new_gpu_and_fabric_renders_with_launch_configs(web, work
         page.goto(web.url + plan.get_absolute_url())
         page.wait_for_selector("#chart-placement svg.main-svg", timeout=30_000)
         assert f"on {gpus} × {gpu}" in page.inner_text("h1")
-        assert f"{node} nodes, {fabric}" in page.inner_text("p.meta")
+        assert f"node: {node}, fabric: {fabric}" in page.inner_text("p.meta")
         tp = plan.result["plans"][0]["layout"]["tp"]
         assert f"--tensor-model-parallel-size {tp}" in page.inner_text("#launch-text-megatron")
     text = page.inner_text("#launch-text-slurm")

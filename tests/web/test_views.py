@@ -125,6 +125,10 @@ def test_a_done_plan_shows_the_best_layout_alternatives_rejections_and_charts(cl
     for chart in ("step-time", "comm", "memory", "placement", "candidates"):
         assert f'id="chart-{chart}"' in page
     assert 'http-equiv="refresh"' not in page
+    # The request line: "node: NAME" (a custom "7-GPU node" read "7-GPU node nodes"), exact counts with separators.
+    meta = re.search(r'<p class="meta">(.*?)</p>', page, re.S).group(1)
+    assert "node: DGX H100, fabric: NDR InfiniBand fat tree ·" in meta
+    assert "global batch 256 × 8,192 tokens, bf16" in meta
 
 
 @pytest.mark.parametrize("precision, note", [("bf16", "of the dense 16-bit peak, 989 TFLOP/s a GPU"),

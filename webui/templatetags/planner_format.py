@@ -108,6 +108,12 @@ def count(value: Any) -> str:
 
 
 @register.filter
+def whole(value: Any) -> str:
+    """An exact whole number with thousands separators (a batch of 40,320, 131,072 tokens); other values as they are."""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+@register.filter
 def signed_percent(value: Any) -> str:
     """+4.2% / -12.0%: a signed relative error."""
     try:
