@@ -257,6 +257,23 @@ def test_a_plan_on_each_new_gpu_and_fabric_renders_with_launch_configs(web, work
         for t in titles:
             assert 0 <= t["top"] and t["right"] <= t["width"] and t["bottom"] <= t["plot_top"], (url, t)
         assert any(t["lines"] > 1 for t in titles), titles  # at 375 px some were wider than the chart
+    # Long plan labels ("#1 TP1 PP2 DP8 mb1 v2 selective recompute ZeRO-1 PP inside DP") are shortened to fit:
+    # they were cut at the chart's left edge, and squeezed the bars into about 60 px.
+    gpu, node, fabric, gpus = NEW_HARDWARE[0]
+    doc = {**small_spec, "training": {"global_batch": 144, "precision": "bf16"},
+           "layout": {"tp": 1, "pp": 2, "vpp": 2, "recompute": "selective", "rank_order": "tp-cp-pp-dp"},
+           "cluster": {"num_gpus": gpus, "gpu": gpu, "node": node, "fabric": fabric}}
+    long = services.plan_create(spec=services.spec_parse(data=doc), top=2)
+    wait_for_status(long, ("done", "failed"))
+    assert len(long.result["plans"][0]["label"]) > 45, long.result["plans"][0]["label"]
+    phone.goto(web.url + long.get_absolute_url())
+    phone.wait_for_selector("#chart-memory .ytick text")
+    for chart in ("step-time", "memory"):
+        box = phone.eval_on_selector(f"#chart-{chart}", """c => ({
+            left: c.getBoundingClientRect().left, width: c.getBoundingClientRect().width,
+            labels: [...c.querySelectorAll('.ytick text')].map(t => t.getBoundingClientRect().left),
+            plot: c.querySelector('.bglayer rect, .nsewdrag').getBoundingClientRect().width})""")
+        assert box["labels"] and min(box["labels"]) >= box["left"] and box["plot"] >= 0.45 * box["width"], box
 
 
 # Each drawn chart's title box against its chart (left, top = 0) and the top of its plot area, in pixels.

@@ -1,9 +1,10 @@
 // Every page with charts: draw the Plotly figures the server sent as data (webui/charts.py and its siblings build
 // them; the page passes them with json_script as #figures-data), one per element with a data-figure name.
 //
-// Plotly draws a title on one line and cuts it at the figure's edge; on a phone most titles were cut. So each
-// title is broken into lines that fit the chart's width (measured in the title's own font) and hung from the top
-// of the figure, the top margin grows to hold its lines, and both are done again when the window's width changes.
+// Each figure is fitted to its chart's width before it is drawn, and again when the window's width changes:
+// Plotly draws a title on one line and cuts it at the figure's edge (on a phone most titles were cut), so each
+// title is broken into lines that fit (measured in the title's own font) and hung from the top of the figure, the
+// top margin grows to hold its lines; long bar labels are shortened and cramped cell labels dropped (below).
 (function () {
   "use strict";
   var holder = document.getElementById("figures-data");
@@ -47,35 +48,81 @@
             first: parts[0].px, lines: parts.reduce(function (sum, p) { return sum + p.lines; }, 0)};
   }
 
-  // The relayout that fits `layout`'s title to the div's width: the figure grows by what the margin gains.
-  function fitted(div, layout) {
+  // `layout`'s title wrapped to `width`: the figure grows by what its top margin gains.
+  function fitTitle(layout, width) {
     var title = layout.title && layout.title.text;
-    if (!title) return {};
+    if (!title) return;
     var px = (layout.title.font && layout.title.font.size) || 17;
-    var wrapped = wrapTitle(title, px, Math.max(120, div.clientWidth - 24));
+    var wrapped = wrapTitle(title, px, Math.max(120, width - 24));
     var margin = (layout.margin && layout.margin.t) || 80;
     var top = Math.max(margin, PAD + wrapped.height + GAP);
     var height = (layout.height || 450) + top - margin;
     // Plotly hangs a one-line title from `y` (yanchor top) but puts a multi-line title's first baseline there,
     // whatever its yanchor (plotly.js issue #6472), so that one is a line lower.
     var y = 1 - (PAD + (wrapped.lines > 1 ? wrapped.first : 0)) / height;
-    return {"title.text": wrapped.text, "title.yref": "container", "title.y": y, "title.yanchor": "top",
-            "margin.t": top, height: height};
+    Object.assign(layout.title, {text: wrapped.text, yref: "container", y: y, yanchor: "top"});
+    layout.margin = Object.assign({}, layout.margin, {t: top});
+    layout.height = height;
   }
 
+  // Horizontal bars labelled by long category names (a plan's "#2 TP4 PP4 DP16 CP2 mb2 v10 SP ZeRO-1 PP inside DP"):
+  // on a narrow screen the labels took the width and squeezed the bars to nothing, and automargin still cut them at
+  // the left. Each label is shortened to 40% of the width, at a word where it can be ("#2 TP4 PP4 DP16…"); the
+  // hover keeps the whole name.
+  var TICK_PX = 12;  // Plotly's default tick label size
+  function shorten(label, width) {
+    if (textWidth(label, TICK_PX) <= width) return label;
+    var words = label.split(" ");
+    while (words.length > 1 && textWidth(words.join(" ") + "…", TICK_PX) > width) words.pop();
+    var text = words.join(" ");
+    while (text.length > 1 && textWidth(text + "…", TICK_PX) > width) text = text.slice(0, -1);
+    return text + "…";
+  }
+
+  function fitCategoryLabels(data, layout, width) {
+    var bars = data.filter(function (t) { return t.type === "bar" && t.orientation === "h" && t.y; });
+    if (!bars.length || !layout.yaxis) return;
+    var labels = bars[0].y.filter(function (y) { return typeof y === "string"; });
+    var room = Math.max(80, 0.4 * width);
+    var short = labels.map(function (label) { return shorten(label, room); });
+    if (short.every(function (label, i) { return label === labels[i]; })) return;
+    Object.assign(layout.yaxis, {tickmode: "array", tickvals: labels, ticktext: short});
+  }
+
+  // A heatmap's cell labels ("TP3 DP15") are dropped where a cell is narrower than its label: on a phone the
+  // placement map's labels ran into each other. The hover still names every cell.
+  var CELL_PX = 10;
+  function fitCellText(data, width) {
+    data.forEach(function (t) {
+      if (t.type !== "heatmap" || !t.text || !t.texttemplate) return;
+      var columns = Math.max.apply(null, t.text.map(function (row) { return row.length; }));
+      var longest = Math.max.apply(null, t.text.map(function (row) {
+        return Math.max.apply(null, row.map(function (cell) { return textWidth(String(cell || ""), CELL_PX); }));
+      }));
+      var plot = width - 60 - 20 - 90 - 70;  // margins, colour bar, row labels
+      if (longest + 4 > plot / columns) t.texttemplate = "";
+    });
+  }
+
+  // The figure as the server built it, fitted to the div's width.
+  function fittedFigure(div, fig) {
+    var data = JSON.parse(JSON.stringify(fig.data));
+    var layout = JSON.parse(JSON.stringify(fig.layout));
+    var width = div.clientWidth;
+    fitTitle(layout, width);
+    fitCategoryLabels(data, layout, width);
+    fitCellText(data, width);
+    return {data: data, layout: layout};
+  }
+
+  var CONFIG = {responsive: true, displaylogo: false};
   var drawn = [];
   document.querySelectorAll("[data-figure]").forEach(function (div) {
     var fig = figures[div.dataset.figure];
     if (!fig) return;
-    var layout = JSON.parse(JSON.stringify(fig.layout));
-    var fit = fitted(div, fig.layout);
-    if (fit["title.text"]) {
-      Object.assign(layout.title, {text: fit["title.text"], yref: "container", y: fit["title.y"], yanchor: "top"});
-      layout.margin = Object.assign({}, layout.margin, {t: fit["margin.t"]});
-      layout.height = fit.height;
-    }
-    Plotly.newPlot(div, fig.data, layout, {responsive: true, displaylogo: false});
-    drawn.push({div: div, layout: fig.layout, width: div.clientWidth});
+    var shown = fittedFigure(div, fig);
+    Plotly.newPlot(div, shown.data, shown.layout, CONFIG);
+    drawn.push({div: div, fig: fig, width: div.clientWidth});
   });
 
   var pending = null;
@@ -85,8 +132,8 @@
       drawn.forEach(function (d) {
         if (d.div.clientWidth === d.width) return;
         d.width = d.div.clientWidth;
-        var fit = fitted(d.div, d.layout);
-        if (fit["title.text"]) Plotly.relayout(d.div, fit);
+        var shown = fittedFigure(d.div, d.fig);
+        Plotly.react(d.div, shown.data, shown.layout, CONFIG);
       });
     }, 150);
   });
