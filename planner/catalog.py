@@ -34,12 +34,24 @@ def spec_fields_of(section: str, row: dict[str, Any]) -> dict[str, Any]:
 
 def load_catalog(directory: Path | str | None = None) -> Catalog:
     """{"gpu"|"node"|"fabric"|"model": {name: spec fields}} from every fixture file in `directory`."""
+    return catalog_of_rows(row for path in sorted(Path(directory or FIXTURES_DIR).glob("*.json"))
+                           for row in json.loads(path.read_text()))
+
+
+def catalog_of_rows(rows: Any) -> Catalog:
+    """The catalog of fixture-format rows ({"model": "webui.gputype", "fields": {"name": ..., ...}}), such as
+    `manage.py catalog export` writes from the web app's database. Rows of other models are skipped; a row that
+    is not of that shape is a ValueError naming it."""
     catalog: Catalog = {section: {} for section, _ in SECTIONS.values()}
-    for path in sorted(Path(directory or FIXTURES_DIR).glob("*.json")):
-        for row in json.loads(path.read_text()):
-            label = row.get("model", "")
-            if label in SECTIONS:
-                section = SECTIONS[label][0]
-                fields = row["fields"]
-                catalog[section][fields["name"]] = spec_fields_of(section, fields)
+    for i, row in enumerate(rows):
+        label = row.get("model", "") if isinstance(row, dict) else None
+        if label not in SECTIONS:
+            if label is None:
+                raise ValueError(f"row {i + 1} is not an object")
+            continue
+        fields = row.get("fields")
+        if not isinstance(fields, dict) or not isinstance(fields.get("name"), str):
+            raise ValueError(f"row {i + 1} ({label}) has no \"fields\" object with a \"name\"")
+        section = SECTIONS[label][0]
+        catalog[section][fields["name"].strip()] = spec_fields_of(section, fields)
     return catalog

@@ -12,7 +12,7 @@ import sys
 from typing import Any, TextIO
 
 from . import accuracy, jsonio
-from .catalog import load_catalog
+from .catalog import Catalog, catalog_of_rows, load_catalog
 from .errors import SpecError
 from .launch import FRAMEWORKS, launch_config
 from .report import plan
@@ -44,6 +44,9 @@ def _run(argv: list[str] | None) -> int:
     p.add_argument("spec", help="path to the spec JSON (see docs/plan-spec.md), or - for standard input")
     p.add_argument("--top", help=f"how many ranked plans to print, {TOP.lo} to {TOP.hi} (default {TOP.default})")
     p.add_argument("--format", choices=("json", "table"), default="json", help="json (default) or table")
+    p.add_argument("--catalog", metavar="FILE",
+                   help="resolve catalog names from this file, in fixture format: `manage.py catalog export FILE` "
+                        "writes the web app's catalog as edited in its admin (default: the shipped fixtures/*.json)")
     p.add_argument("--export", choices=FRAMEWORKS,
                    help="print the launch configuration of one plan for this framework instead of the answer")
     p.add_argument("--rank", help=f"with --export: the plan ranked N, {TOP.lo} to {TOP.hi} (1 = best, as in the "
@@ -81,7 +84,8 @@ def _run(argv: list[str] | None) -> int:
             raise SpecError.one("--rank", "needs --export (the framework whose configuration to print)")
         top = parse_top(args.top, "--top")
         rank = parse_top(args.rank, "--rank") if args.rank is not None else 1
-        spec = parse_spec(_read_spec(args.spec), load_catalog())
+        catalog = _read_catalog(args.catalog) if args.catalog else load_catalog()
+        spec = parse_spec(_read_spec(args.spec), catalog)
         answer = plan(spec, top=max(top, rank))
         if args.export:
             sys.stdout.write(_export(spec, answer, args.export, rank))
@@ -145,6 +149,25 @@ def _read_spec(path: str) -> Any:
         raise SpecError.one("spec", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except ValueError as exc:
         raise SpecError.one("spec", f"invalid JSON: {exc}") from None
+
+
+def _read_catalog(path: str) -> Catalog:
+    """A catalog file in fixture format; problems become SpecErrors naming --catalog."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return catalog_of_rows(_rows(jsonio.loads(f.read())))
+    except OSError as exc:
+        raise SpecError.one("--catalog", f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise SpecError.one("--catalog", f"{path} is not UTF-8 text") from None
+    except ValueError as exc:  # not JSON, or rows not in fixture format
+        raise SpecError.one("--catalog", f"{path}: {exc}") from None
+
+
+def _rows(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        raise ValueError("must be a list of fixture rows, as `manage.py catalog export` writes")
+    return data
 
 
 def print_table(answer: dict[str, Any], out: TextIO) -> None:

@@ -273,3 +273,15 @@ def test_the_table_names_the_training_stack_and_how_the_model_does_on_its_runs(t
     assert any(line.startswith("  On published runs of the torchtitan stack: ±") for line in lines)
     assert "training stack" not in run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), "--format", "table",
                                        "--top", "1").stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "--catalog: cannot read"), ("{}", "must be a list of fixture rows"), ("[1]", "row 1 is not an object"),
+    ('[{"model": "webui.gputype", "fields": {}}]', 'row 1 (webui.gputype) has no "fields" object with a "name"'),
+    ("[", "--catalog:")])
+def test_a_bad_catalog_file_is_named(tmp_path, text, message):
+    path = tmp_path / "catalog.json"
+    if text is not None:
+        path.write_text(text)
+    out = run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), "--catalog", str(path))
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr

@@ -145,6 +145,29 @@ def test_the_catalog_command_exports_and_imports(seeded, tmp_path, capsys):
     assert "0 created, 0 updated" in capsys.readouterr().out
 
 
+def test_the_cli_plans_on_the_catalog_exported_from_the_admin_as_the_api_does(seeded, small_spec, tmp_path):
+    # The CLI reads the shipped fixtures; a catalog edited in the admin gave the API and the CLI two answers to one
+    # request. `manage.py catalog export` then `--catalog` makes them one.
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    GPUType.objects.filter(name="H100 SXM5 80GB").update(peak_tflops=700)
+    call_command("catalog", "export", str(tmp_path / "edited.json"))
+    small_spec["layout"] = {"tp": 8, "pp": 1, "dp": 8, "micro_batch": 1, "recompute": "full", "zero": 1}
+    (tmp_path / "spec.json").write_text(json.dumps(small_spec))
+    out = subprocess.run([sys.executable, "-m", "planner", "plan", str(tmp_path / "spec.json"), "--top", "1",
+                          "--catalog", str(tmp_path / "edited.json")], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout)
+    assert answer["spec"] == services.spec_parse(data=small_spec).to_dict()
+    assert answer["spec"]["cluster"]["gpu"]["peak_tflops"] == 700
+    shipped = subprocess.run([sys.executable, "-m", "planner", "plan", str(tmp_path / "spec.json"), "--top", "1"],
+                             cwd=ROOT, capture_output=True, text=True)
+    assert json.loads(shipped.stdout)["spec"]["cluster"]["gpu"]["peak_tflops"] == 989
+
+
 def test_the_probe_spec_rows_are_checked_in_is_itself_valid():
     # If the engine's rules change so that the probe fails, rows would be checked against the wrong errors.
     from planner import parse_spec
