@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.whatif.goal import pareto_front
-from planner.whatif.sweep import value_text
+from planner.whatif.sweep import CATALOG_PATHS
 
 from .charts import PALETTE, Figure, _layout, legend_below, log_axis
 
@@ -16,9 +16,15 @@ GPUS = "cluster.num_gpus"
 
 
 def _series_key(row: dict[str, Any], axes: list[str], skip: str) -> str:
-    """The scenario's values on every axis but `skip`, as a legend label."""
-    parts = [value_text(row["values"].get(a)) for a in axes if a != skip]
+    """The scenario's values on every axis but `skip`, as a legend label: a catalog name as it is, any other value
+    after its field's name ("H100 SXM5 80GB, memory_gib 80, layers 80"; "80, 80" said nothing)."""
+    parts = [_labelled(row, a) for a in axes if a != skip]
     return ", ".join(parts) or "all scenarios"
+
+
+def _labelled(row: dict[str, Any], axis: str) -> str:
+    label = row["labels"][axis]
+    return label if axis in CATALOG_PATHS else f"{axis.rsplit('.', 1)[-1]} {label}"
 
 
 def time_vs_gpus(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
@@ -72,7 +78,7 @@ def cost_vs_time(rows: list[dict[str, Any]], goal: dict[str, Any] | None) -> Fig
         if items:
             data.append({"type": "scatter", "mode": "markers", "name": name,
                          "x": [r["time_to_train_days"] for r in items], "y": [r[money] for r in items],
-                         "text": [", ".join(value_text(v) for v in r["values"].values()) for r in items],
+                         "text": [", ".join(_labelled(r, a) for a in r["labels"]) for r in items],
                          "marker": {"color": colour, "size": 9},
                          "hovertemplate": "%{text}<br>%{x:.3g} days, %{y:.4g}<extra></extra>"})
     layout = _layout(f"{'Cost' if money == 'cost' else 'GPU-hours'} against time to train",
@@ -92,12 +98,12 @@ def mfu_heatmap(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
     if not axes or not any(r.get("mfu") is not None for r in rows):
         return None
     across = GPUS if GPUS in axes else axes[0]
-    columns = list(dict.fromkeys(value_text(r["values"].get(across)) for r in rows))
+    columns = list(dict.fromkeys(r["labels"][across] for r in rows))
     lines = list(dict.fromkeys(_series_key(r, axes, across) for r in rows))
     z: list[list[float | None]] = [[None] * len(columns) for _ in lines]
     text = [[""] * len(columns) for _ in lines]
     for r in rows:
-        y, x = lines.index(_series_key(r, axes, across)), columns.index(value_text(r["values"].get(across)))
+        y, x = lines.index(_series_key(r, axes, across)), columns.index(r["labels"][across])
         if r.get("mfu") is not None:
             z[y][x] = r["mfu"]
             text[y][x] = f"{r['mfu'] * 100:.1f}%"

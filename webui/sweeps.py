@@ -20,7 +20,7 @@ from django.urls import reverse
 from planner import SpecError
 from planner.spec import TOP, fmt_number
 from planner.whatif.goal import best, outcome, parse_goal, verdict
-from planner.whatif.sweep import Scenario, expand, key_name, scenario_doc
+from planner.whatif.sweep import Scenario, expand, key_name, scenario_doc, value_label
 
 from . import services
 from .models import CATALOG_MODELS, GPUType, Plan, Sweep, SweepScenario
@@ -30,13 +30,16 @@ FINISHED = (Plan.Status.DONE, Plan.Status.FAILED)
 _PLAN_KEYS = {
     "code": "plan__code", "status": "plan__status", "num_gpus": "plan__spec__cluster__num_gpus",
     "gpu": "plan__spec__cluster__gpu__name", "node": "plan__spec__cluster__node__name",
-    "fabric": "plan__spec__cluster__fabric__name", "precision": "plan__spec__training__precision",
+    "fabric": "plan__spec__cluster__fabric__name", "model": "plan__spec__model__name",
+    "precision": "plan__spec__training__precision",
     "spec_tokens": "plan__spec__training__tokens", "global_batch": "plan__spec__training__global_batch",
     "seq_len": "plan__spec__model__seq_len", "layout": "plan__result__plans__0__label",
     "step_time_s": "plan__result__plans__0__step_time_s", "tokens_per_s": "plan__result__plans__0__tokens_per_s",
     "mfu": "plan__result__plans__0__mfu",
 }
 # The CSV's columns after the axes: what the API gives each scenario (its node too, which no axis may name).
+# The row key holding the name the engine gave each catalog path's section (an axis value's label).
+NAME_KEYS = {"cluster.gpu": "gpu", "cluster.node": "node", "cluster.fabric": "fabric", "model": "model"}
 ROW_FIELDS = ("plan", "status", "num_gpus", "gpu", "node", "fabric", "precision", "layout", "step_time_s",
               "tokens_per_s", "mfu", "time_to_train_days", "gpu_hours", "cost", "meets_goal", "url")
 
@@ -149,6 +152,8 @@ def sweep_rows(*, sweep: Sweep) -> list[dict[str, Any]]:
                **outcome(step_time_s=plan["step_time_s"], tokens_per_step=per_step, num_gpus=plan["num_gpus"],
                          tokens=goal.tokens if goal else spec_tokens,
                          price_per_gpu_hour=found["price_per_gpu_hour_usd"])}
+        # Each axis value as the page labels it: an inline GPU by the name the engine gave it ("(modified)").
+        row["labels"] = {axis: value_label(axis, value, row.get(NAME_KEYS.get(axis, ""))) for axis, value in values.items()}
         row["url"] = reverse("plan-detail", args=[row["plan"]])
         # Unknown (None) until the plan is finished; a failed plan or one with no feasible layout does not meet it.
         row["meets_goal"], row["goal_note"] = verdict(goal, row) if row["status"] in FINISHED else (None, None)

@@ -12,6 +12,7 @@ import copy
 import itertools
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -63,7 +64,47 @@ def expand(base: Any, vary: Any, catalog: Mapping[str, Mapping[str, Mapping]] | 
         for values, err in failed:
             errors.extend(_scenario_errors(err, values, common))
         raise SpecError(_deduplicated(errors))
+    errors = _label_clashes(axes, scenarios)
+    if errors:
+        raise SpecError(errors)
     return scenarios
+
+
+def _label_clashes(axes: dict[str, list[Any]], scenarios: list[Scenario]) -> list[FieldError]:
+    """An axis whose different values would be labelled alike (two inline models both named "m"; 64 and 64.0):
+    the sweep's table showed them alike and its charts merged their scenarios into one series."""
+    errors = []
+    for path, values in axes.items():
+        labels: dict[str, str] = {}  # value (as JSON) -> its label, from the first scenario that has it
+        for s in scenarios:
+            value, key = s.values[path], _key(s.values[path])
+            if key not in labels:
+                inline = path in CATALOG_PATHS and isinstance(value, Mapping)
+                labels[key] = value_label(path, value, section_name(s.spec.to_dict(), path) if inline else None)
+        for label, n in Counter(labels.values()).items():
+            if n > 1:
+                errors.append(FieldError(f"vary.{key_name(path)}", f"gives {n} different values the label "
+                                         f"{label[:60]!r}, so its table and charts could not tell them apart: "
+                                         "list each value once, and give each inline value a name of its own"))
+    return errors
+
+
+def section_name(spec: Mapping[str, Any], path: str) -> str | None:
+    """The name the engine gave the section at a catalog path ("cluster.gpu") of a scenario's spec, or None."""
+    section: Any = spec
+    for key in path.split("."):
+        section = section.get(key) if isinstance(section, Mapping) else None
+    name = section.get("name") if isinstance(section, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def value_label(path: str, value: Any, name: str | None = None) -> str:
+    """An axis value as the sweep's table, charts and messages label it: `value_text`, except that an inline
+    object on a catalog path is labelled by the `name` the engine gave it in the scenario (`section_name`):
+    {"name": "H100 SXM5 80GB", "memory_gib": 96} beside "H100 SXM5 80GB" is "H100 SXM5 80GB (modified)"."""
+    if path in CATALOG_PATHS and isinstance(value, Mapping) and name:
+        return name
+    return value_text(value)
 
 
 def _axes(vary: Any, errors: list[FieldError]) -> dict[str, list[Any]]:

@@ -1,13 +1,19 @@
 """The sweep page's figures, from scenario rows as webui.sweeps.sweep_rows gives them (no database)."""
 from __future__ import annotations
 
+from planner.whatif.sweep import value_label
 from webui.sweep_charts import cost_vs_time, mfu_heatmap, sweep_figures, time_vs_gpus
 
 AXES = ["cluster.num_gpus", "cluster.fabric"]
 
 
+def labelled(values: dict, names: dict | None = None) -> dict:
+    """A row's values and their labels, as webui.sweeps.sweep_rows gives them (`names`: the engine's)."""
+    return {"values": values, "labels": {a: value_label(a, v, (names or {}).get(a)) for a, v in values.items()}}
+
+
 def row(gpus: int, fabric: str, days: float | None, mfu: float | None, cost: float | None = None) -> dict:
-    return {"values": {"cluster.num_gpus": gpus, "cluster.fabric": fabric}, "num_gpus": gpus, "layout": "TP1",
+    return {**labelled({"cluster.num_gpus": gpus, "cluster.fabric": fabric}), "num_gpus": gpus, "layout": "TP1",
             "time_to_train_days": days, "gpu_hours": gpus * days * 24 if days else None, "cost": cost,
             "mfu": mfu, "meets_goal": bool(days and days <= 20)}
 
@@ -54,10 +60,24 @@ def test_the_mfu_heatmap_puts_gpu_counts_across_and_fabrics_down():
 
 def test_an_inline_axis_value_is_labelled_by_its_name_not_as_python_text():
     node = {"name": "6g", "gpus": 6, "nvlink_gbytes_per_s": 900}
-    rows = [{**row(256, "IB", 40.0, 0.5), "values": {"cluster.num_gpus": 256, "cluster.node": node}},
-            {**row(256, "IB", 30.0, 0.5), "values": {"cluster.num_gpus": 256, "cluster.node": {"gpus": 4}}}]
+    rows = [{**row(256, "IB", 40.0, 0.5), **labelled({"cluster.num_gpus": 256, "cluster.node": node},
+                                                     {"cluster.node": "6g"})},
+            {**row(256, "IB", 30.0, 0.5), **labelled({"cluster.num_gpus": 256, "cluster.node": {"gpus": 4}})},
+            {**row(256, "IB", 30.0, 0.5), **labelled({"cluster.num_gpus": 256,
+                                                      "cluster.node": {"name": "DGX H100", "nics": 4}},
+                                                     {"cluster.node": "DGX H100 (modified)"})}]
     heat = mfu_heatmap(rows, ["cluster.num_gpus", "cluster.node"])["data"][0]
-    assert heat["y"] == ["6g", '{"gpus": 4}']
+    assert heat["y"] == ["6g", '{"gpus": 4}', "DGX H100 (modified)"]  # an inline value by the engine's name
+
+
+def test_a_legend_names_each_value_that_is_not_a_catalog_name_by_its_field():
+    # "80, 80" (memory 80 GiB, 80 layers) said nothing; a catalog name says what it is.
+    axes = ["cluster.num_gpus", "cluster.gpu", "cluster.gpu.memory_gib", "model.layers"]
+    rows = [{**row(n, "IB", 40.0 / n, 0.5), **labelled({"cluster.num_gpus": n, "cluster.gpu": "H100 SXM5 80GB",
+                                                         "cluster.gpu.memory_gib": 80, "model.layers": 80})}
+            for n in (256, 512)]
+    (line, _ideal) = time_vs_gpus(rows, axes)["data"]
+    assert line["name"] == "H100 SXM5 80GB, memory_gib 80, layers 80"
 
 
 def test_nothing_finished_draws_nothing():

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from webui import services
+from webui import services, sweeps
 from webui.models import GPUType, Plan, Sweep, SweepScenario
 
 pytestmark = pytest.mark.django_db
@@ -455,3 +455,25 @@ def test_sweeps_asked_for_at_once_are_counted_one_after_the_other(seeded, settin
     assert sorted(answers) == [201, 201, 429]
     pending = SweepScenario.objects.filter(plan__status__in=("queued", "running")).count()
     assert pending == 4
+
+
+def test_values_an_axis_would_label_alike_are_refused_and_a_modified_row_is_labelled_so(client, seeded):
+    # Two inline models both named "m" were one series in the charts (a zig-zag line, one heatmap row) and
+    # looked alike in the table; so did 64 and 64.0.
+    tiny = {"name": "m", "layers": 8, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn_hidden": 4096,
+            "vocab": 32000, "seq_len": 2048}
+    response = post(client, {"base": BASE, "vary": {"model": [tiny, {**tiny, "layers": 32}]}})
+    assert response.status_code == 400
+    assert response.json()["errors"]["vary.model"] == [
+        "gives 2 different values the label 'm', so its table and charts could not tell them apart: list each value "
+        "once, and give each inline value a name of its own"]
+    assert post(client, {"base": BASE, "vary": {"cluster.num_gpus": [64, 64.0]}}).status_code == 400
+    assert not Sweep.objects.exists() and not Plan.objects.exists()
+    # A catalog GPU beside the same GPU with one field changed: the engine's name tells them apart.
+    response = post(client, {"base": BASE, "vary": {
+        "cluster.gpu": ["H100 SXM5 80GB", {"name": "H100 SXM5 80GB", "memory_gib": 96}]}})
+    assert response.status_code == 201, response.json()
+    rows = sweeps.sweep_rows(sweep=Sweep.objects.get())
+    assert [r["labels"]["cluster.gpu"] for r in rows] == ["H100 SXM5 80GB", "H100 SXM5 80GB (modified)"]
+    page = client.get(Sweep.objects.get().get_absolute_url()).content.decode()
+    assert "<td>H100 SXM5 80GB (modified)</td>" in page
