@@ -537,7 +537,7 @@ def _coerce(f: Field, value: Any, path: str, errs: _Collector) -> Any:
         return None
     if f.kind is str:
         if not isinstance(value, str):
-            errs.add(path, f"must be a string, not {_describe(value)}")
+            errs.add(path, f"must be a string, not {describe_value(value)}")
             return None
         value = value.strip()
         problem = text_problem(value)
@@ -553,7 +553,7 @@ def _coerce(f: Field, value: Any, path: str, errs: _Collector) -> Any:
         return value
     number = as_number(value)
     if number is None:
-        errs.add(path, f"must be a number, not {_describe(value)}")
+        errs.add(path, f"must be a number, not {describe_value(value)}")
         return None
     if math.isinf(number):
         # An integer too large for a float (JSON allows any number of digits), or Infinity.
@@ -665,7 +665,7 @@ def _key_name(key: Any) -> str:
     return text if text.strip() else repr(text)
 
 
-def _describe(value: Any) -> str:
+def describe_value(value: Any) -> str:
     """A value as JSON names it (messages speak the spec's language, not Python's)."""
     if isinstance(value, str):
         return repr(value[:40])
@@ -683,7 +683,7 @@ JSON_KINDS = {type(None): "null", dict: "an object", list: "a list", int: "a num
 def _section(data: Any, path: str, spec_fields: tuple[Field, ...], errs: _Collector) -> dict[str, Any] | None:
     """Coerce one JSON object against its field table; unknown keys are errors (they are usually typos)."""
     if not isinstance(data, Mapping):
-        errs.add(path, "is required" if data is None else f"must be an object, not {_describe(data)}")
+        errs.add(path, "is required" if data is None else f"must be an object, not {describe_value(data)}")
         return None
     known = {f.name for f in spec_fields}
     for key in data:
@@ -803,7 +803,7 @@ def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = 
     """
     errs = _Collector()
     if not isinstance(data, Mapping):
-        errs.add("spec", f"must be a JSON object, not {_describe(data)}")
+        errs.add("spec", f"must be a JSON object, not {describe_value(data)}")
         errs.raise_if_any()
     for key in data:
         if key not in ("model", "training", "cluster", "layout"):
@@ -817,7 +817,7 @@ def parse_spec(data: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = 
     num_gpus = None
     if not isinstance(cluster_data, Mapping):
         errs.add("cluster",
-                 "is required" if cluster_data is None else f"must be an object, not {_describe(cluster_data)}")
+                 "is required" if cluster_data is None else f"must be an object, not {describe_value(cluster_data)}")
     else:
         for key in cluster_data:
             if key not in ("num_gpus", "gpu", "node", "fabric"):

@@ -81,7 +81,10 @@ def cost_vs_time(rows: list[dict[str, Any]], goal: dict[str, Any] | None) -> Fig
                          "text": [", ".join(_labelled(r, a) for a in r["labels"]) for r in items],
                          "marker": {"color": colour, "size": 9},
                          "hovertemplate": "%{text}<br>%{x:.3g} days, %{y:.4g}<extra></extra>"})
-    layout = _layout(f"{'Cost' if money == 'cost' else 'GPU-hours'} against time to train",
+    unpriced = sum(r.get("cost") is None for r in done)
+    # Mixed: the chart cannot rank by cost, though the best (among priced scenarios) may be chosen by it.
+    why = f" ({unpriced:,} of {len(done):,} scenarios have no GPU price)" if 0 < unpriced < len(done) else ""
+    layout = _layout(f"{'Cost' if money == 'cost' else 'GPU-hours'} against time to train{why}",
                      height=460, xaxis={"title": {"text": "days"}, "rangemode": "tozero"},
                      yaxis={"title": {"text": title}, "rangemode": "tozero"})
     if goal and goal.get("deadline_days"):

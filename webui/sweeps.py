@@ -19,7 +19,7 @@ from django.urls import reverse
 
 from planner import SpecError
 from planner.spec import TOP, fmt_number
-from planner.whatif.goal import best, outcome, parse_goal, verdict
+from planner.whatif.goal import best, miss_advice, outcome, parse_goal, verdict
 from planner.whatif.sweep import Scenario, expand, key_name, scenario_doc, value_label
 
 from . import services
@@ -41,7 +41,7 @@ _PLAN_KEYS = {
 # The row key holding the name the engine gave each catalog path's section (an axis value's label).
 NAME_KEYS = {"cluster.gpu": "gpu", "cluster.node": "node", "cluster.fabric": "fabric", "model": "model"}
 ROW_FIELDS = ("plan", "status", "num_gpus", "gpu", "node", "fabric", "precision", "layout", "step_time_s",
-              "tokens_per_s", "mfu", "time_to_train_days", "gpu_hours", "cost", "meets_goal", "url")
+              "tokens_per_s", "mfu", "time_to_train_days", "gpu_hours", "cost", "meets_goal", "goal_note", "url")
 
 
 class SweepQuotaExceeded(Exception):
@@ -166,10 +166,13 @@ def sweep_as_dict(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None) -> 
     rows = sweep_rows(sweep=sweep) if rows is None else rows
     done = sum(row["status"] in FINISHED for row in rows)
     winner = best(rows) if done == len(rows) else None  # named once every scenario has its answer
+    goal = parse_goal(sweep.goal)
     return {"code": str(sweep.code), "url": sweep.get_absolute_url(), "status": sweep_status(rows),
             "done": done, "total": len(rows), "goal": sweep.goal, "axes": sweep.axes,
             "created_at": sweep.created_at.isoformat(), "scenarios": rows,
-            "best": rows[winner] if winner is not None else None}
+            "best": rows[winner] if winner is not None else None,
+            # Why none meets the goal, once all are answered: by count, with what may help.
+            "miss_advice": miss_advice(goal, rows) if goal and done == len(rows) and winner is None else None}
 
 
 def sweep_status(rows: list[dict[str, Any]]) -> str:

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import FieldError, SpecError
 from ..report import training_seconds
-from ..spec import as_number, fmt_number
+from ..spec import MODIFIED_SUFFIX, as_number, describe_value, fmt_number
 from .sweep import key_name
 
 SECONDS_PER_DAY = 86_400.0
@@ -58,7 +58,7 @@ def _positive(value: Any, field: str, hi: float, unit: str, errors: list[FieldEr
         return 0.0
     number = as_number(value)  # the spec's own reading: 10**400 and "1e400" are past the bound, not errors
     if number is None:
-        errors.append(FieldError(field, f"must be a number, not {str(value)[:40]!r}"))
+        errors.append(FieldError(field, f"must be a number, not {describe_value(value)}"))
         return math.nan
     if not 0 < number <= hi:
         digits = len(str(value).lstrip("-"))
@@ -80,28 +80,71 @@ def outcome(*, step_time_s: float | None, tokens_per_step: float | None, num_gpu
     return {"time_to_train_days": _r(days), "gpu_hours": _r(gpu_hours), "cost": _r(cost) if cost is not None else None}
 
 
-UNPRICED = "no GPU price, so no cost to hold to the budget"
-
-
 def meets(goal: Goal | None, row: Mapping[str, Any]) -> bool | None:
     """Whether a scenario meets the goal; None without a goal (see verdict)."""
     return verdict(goal, row)[0]
 
 
 def verdict(goal: Goal | None, row: Mapping[str, Any]) -> tuple[bool | None, str | None]:
-    """(whether a scenario meets the goal, None without a goal; why one that trains in time still misses it, where
-    the table would otherwise not say). A scenario with no feasible layout does not meet it, and nor does one
-    without a price when the goal has a budget (its cost is unknown: UNPRICED)."""
+    """(whether a scenario meets the goal, None without a goal; why one misses it, None where its layout cell says
+    so already: no feasible layout). A scenario without a price does not meet a goal with a budget: its cost is
+    unknown."""
     if goal is None:
         return None, None
+    miss = _miss(goal, row)
+    if miss is None:
+        return True, None
+    if miss == "deadline":
+        return False, f"{fmt_days(row['time_to_train_days'])} days, past the {fmt_days(goal.deadline_days)}-day deadline"
+    if miss == "price":
+        gpu = row.get("gpu") or "its GPU"
+        own = " (a modified GPU has no price of its own)" if str(gpu).endswith(MODIFIED_SUFFIX) else ""
+        return False, f"no price for {gpu}{own}, so no cost to hold to the budget"
+    if miss == "budget":
+        return False, f"costs {row['cost']:,.0f} USD, over the {goal.budget_usd:,.0f} USD budget"
+    return False, None
+
+
+def _miss(goal: Goal, row: Mapping[str, Any]) -> str | None:
+    """What a scenario misses the goal on: "layout" (none fits), "deadline", "price" (none, with a budget),
+    "budget"; None where it meets it."""
     days = row.get("time_to_train_days")
-    if days is None or days > goal.deadline_days:
-        return False, None
+    if days is None:
+        return "layout"
+    if days > goal.deadline_days:
+        return "deadline"
     if goal.budget_usd is not None:
         if row.get("cost") is None:
-            return False, UNPRICED
-        return row["cost"] <= goal.budget_usd, None
-    return True, None
+            return "price"
+        if row["cost"] > goal.budget_usd:
+            return "budget"
+    return None
+
+
+# Why scenarios miss a goal: (what one does, what several do, what may help), in the order they are said.
+MISSES = {
+    "deadline": ("misses the deadline", "miss the deadline", "more or faster GPUs, or a later deadline"),
+    "budget": ("costs more than the budget", "cost more than the budget",
+               "a larger budget, or fewer GPU-hours (fewer or cheaper GPUs, if the deadline allows)"),
+    "price": ("has no GPU price to hold to the budget", "have no GPU price to hold to the budget",
+              "a price for each GPU in the catalog (a modified GPU has none of its own)"),
+    "layout": ("has no feasible layout", "have no feasible layout", "a spec whose layouts fit (each plan says why)"),
+}
+
+
+def miss_advice(goal: Goal, rows: Sequence[Mapping[str, Any]]) -> str:
+    """Why no scenario meets the goal, by count, and what may help, for the sweep page: "2 cost more than the
+    budget. What may help: a larger budget, ..." ("more GPUs or a later deadline" alone was wrong for a sweep
+    whose every scenario was on time and over budget)."""
+    counts = {kind: sum(_miss(goal, row) == kind for row in rows) for kind in MISSES}
+    found = [(kind, n) for kind, n in counts.items() if n]
+    said = "; ".join(f"{n:,} {MISSES[kind][0] if n == 1 else MISSES[kind][1]}" for kind, n in found)
+    helps = "; ".join(MISSES[kind][2] for kind, _ in found)
+    return f"{said}. What may help: {helps}." if found else ""
+
+
+def fmt_days(days: float) -> str:
+    return f"{days:.3g}" if days < 1000 else f"{days:,.0f}"
 
 
 def best(rows: Sequence[Mapping[str, Any]]) -> int | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from planner import SpecError
-from planner.whatif.goal import Goal, best, meets, outcome, pareto_front, parse_goal
+from planner.whatif.goal import Goal, best, meets, miss_advice, outcome, pareto_front, parse_goal, verdict
 
 
 def test_time_gpu_hours_and_cost_follow_from_whole_steps():
@@ -77,3 +77,30 @@ def test_a_plans_time_to_train_is_whole_steps(gpt3_doc, catalog):
     gpt3_doc["training"]["tokens"] = 1536 * 2048 * 1000 + 1
     best = plan(parse_spec(gpt3_doc, catalog), top=1)["plans"][0]
     assert best["time_to_train_s"] == pytest.approx(1001 * best["step_time_s"], rel=1e-5)
+
+
+def test_each_miss_says_why_and_the_advice_follows_the_causes():
+    goal = Goal(tokens=1e12, deadline_days=30, budget_usd=1e6)
+    late = {"time_to_train_days": 41.04, "cost": 5e5, "gpu": "H100 SXM5 80GB"}
+    dear = {"time_to_train_days": 9.1, "cost": 7_612_000.4, "gpu": "B200"}
+    unpriced = {"time_to_train_days": 4.6, "cost": None, "gpu": "H100 SXM5 80GB (modified)"}
+    none_fits = {"time_to_train_days": None, "cost": None, "gpu": "B200"}
+    assert verdict(goal, late) == (False, "41 days, past the 30-day deadline")
+    assert verdict(goal, dear) == (False, "costs 7,612,000 USD, over the 1,000,000 USD budget")
+    assert verdict(goal, unpriced) == (False, "no price for H100 SXM5 80GB (modified) (a modified GPU has no price "
+                                              "of its own), so no cost to hold to the budget")
+    assert verdict(goal, none_fits) == (False, None)  # its layout cell says so
+    # Every scenario on time and over budget was told "more GPUs, faster GPUs or a later deadline may".
+    assert miss_advice(goal, [dear, dear]) == (
+        "2 cost more than the budget. What may help: a larger budget, or fewer GPU-hours (fewer or cheaper GPUs, "
+        "if the deadline allows).")
+    assert miss_advice(goal, [late, dear, unpriced]) == (
+        "1 misses the deadline; 1 costs more than the budget; 1 has no GPU price to hold to the budget. What may "
+        "help: more or faster GPUs, or a later deadline; a larger budget, or fewer GPU-hours (fewer or cheaper GPUs, "
+        "if the deadline allows); a price for each GPU in the catalog (a modified GPU has none of its own).")
+
+
+def test_a_goal_value_that_is_not_a_number_is_said_in_json():
+    with pytest.raises(SpecError) as err:
+        parse_goal({"tokens": 1e12, "deadline_days": True})
+    assert err.value.as_dict()["goal.deadline_days"] == ["must be a number, not true"]  # not Python's 'True'

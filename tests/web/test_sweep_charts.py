@@ -40,7 +40,9 @@ def test_gpu_hours_against_time_joins_the_pareto_front_and_marks_the_deadline():
     # except RoCE@256, which IB@256 beats on both.
     assert front["x"] == [12.0, 22.0, 40.0]
     assert fig["layout"]["shapes"][0]["x0"] == 30
-    assert "GPU-hours" in fig["layout"]["title"]["text"]
+    assert fig["layout"]["title"]["text"] == "GPU-hours against time to train"
+    mixed = cost_vs_time([dict(ROWS[0], cost=100.0), *ROWS[1:]], None)
+    assert mixed["layout"]["title"]["text"] == "GPU-hours against time to train (4 of 5 scenarios have no GPU price)"
     priced = [dict(r, cost=r["gpu_hours"] * 2) for r in ROWS if r["time_to_train_days"]]
     no_goal = cost_vs_time(priced, None)
     assert "Cost" in no_goal["layout"]["title"]["text"]

@@ -136,7 +136,8 @@ def test_a_finished_sweep_reports_time_cost_goal_and_the_cheapest_scenario(clien
 
     rows = list(csv.reader(io.StringIO(client.get(f"/sweeps/{code}/csv").content.decode())))
     assert rows[0][:4] == ["cluster.num_gpus", "cluster.gpu", "plan", "status"] and len(rows) == 7
-    assert rows[1][2] == data["scenarios"][0]["plan"] and rows[1][-2] in ("true", "false")
+    assert rows[1][2] == data["scenarios"][0]["plan"] and rows[1][-3] in ("true", "false")
+    assert rows[0][-3:] == ["meets_goal", "goal_note", "url"]  # why a scenario misses the goal, as the page says
     # Every figure the API gives a scenario, the node and the plan's link included (they were missing).
     header = dict(zip(rows[0], rows[1]))
     assert header["node"] == data["scenarios"][0]["node"] == "DGX H100"
@@ -394,8 +395,24 @@ def test_a_scenario_in_time_without_a_price_says_why_it_misses_a_budget(client, 
     h100, b200 = client.get(f"/api/sweeps/{code}").json()["scenarios"]
     assert (h100["meets_goal"], h100["goal_note"]) == (True, None)
     assert b200["time_to_train_days"] < 365 and b200["cost"] is None
-    assert (b200["meets_goal"], b200["goal_note"]) == (False, "no GPU price, so no cost to hold to the budget")
-    assert "no: no GPU price, so no cost to hold to the budget" in client.get(f"/sweeps/{code}/").content.decode()
+    assert (b200["meets_goal"], b200["goal_note"]) == (False, "no price for B200, so no cost to hold to the budget")
+    assert "no: no price for B200, so no cost to hold to the budget" in client.get(f"/sweeps/{code}/").content.decode()
+
+
+def test_a_sweep_that_misses_its_budget_is_told_so_not_to_add_gpus(client, seeded):
+    # Every scenario on time and over budget: the page said "More GPUs, faster GPUs or a later deadline may".
+    GPUType.objects.filter(name="H100 SXM5 80GB").update(price_per_gpu_hour_usd=2.0)
+    body = {"base": BASE, "vary": {"cluster.num_gpus": [64, 128]},
+            "goal": {"tokens": 1e11, "deadline_days": 365, "budget": 1}}
+    code = post(client, body).json()["code"]
+    run_plans(code)
+    data = client.get(f"/api/sweeps/{code}").json()
+    assert data["best"] is None and all(s["goal_note"].startswith("costs ") for s in data["scenarios"])
+    advice = ("2 cost more than the budget. What may help: a larger budget, or fewer GPU-hours (fewer or cheaper "
+              "GPUs, if the deadline allows).")
+    assert data["miss_advice"] == advice
+    page = html.unescape(client.get(f"/sweeps/{code}/").content.decode())
+    assert f"No scenario meets the goal: {advice}" in page
 
 
 def test_one_clients_unfinished_scenarios_are_bounded_and_others_still_get_theirs(client, seeded, settings):
