@@ -361,6 +361,11 @@ NO_LAYOUT_ADVICE = {
     "ep_not_dividing_ranks": "an expert-parallel degree that divides the ranks of a stage",
     "ep_across_pipeline_stages": "another rank order, or an expert-parallel degree within a pipeline stage",
     "gpus_not_divisible": "a GPU count with more factors, or pins that divide it",
+    "cp_does_not_split_sequence": "fewer GPUs, or a sequence that splits into twice as many chunks as the "
+                                  "context-parallel degree",
+    "cp_needs_flash_attention": "a fused attention kernel (flash, cuDNN or Transformer Engine's) for context "
+                                "parallelism, or CP 1",
+    "sp_needs_tp": "sequence parallelism off, or TP 2 or more",
 }
 GENERAL_ADVICE = "more GPUs, GPUs with more memory, a smaller global batch or a shorter sequence"
 

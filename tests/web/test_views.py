@@ -1,6 +1,7 @@
 """The pages: the form, a plan while it waits, when it failed, and when it is done."""
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -239,6 +240,17 @@ def test_a_done_plan_shows_its_launch_configs_with_copy_buttons(client, small_sp
     assert 'id="launch-error"' in page and "rank: must be between 1 and 3" in page and "For layout #1" in page
 
 
+def test_a_one_token_one_sequence_request_is_told_what_helps(client, seeded):
+    doc = {"model": {"name": "tiny", "layers": 1, "hidden": 8, "heads": 1, "kv_heads": 1, "ffn_hidden": 8, "vocab": 1,
+                     "seq_len": 1}, "training": {"global_batch": 1},
+           "cluster": {"num_gpus": 8, "gpu": "H100 SXM5 80GB", "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"}}
+    plan = services.plan_run(plan_id=make_plan(doc).pk)
+    assert plan.result["rejected_examples"]["dp_does_not_divide_batch"] == (
+        "DP=8 does not divide the global batch of 1 sequence")  # not "1 sequences"
+    page = html.unescape(client.get(plan.get_absolute_url()).content.decode())
+    assert f"What usually helps: {services.NO_LAYOUT_ADVICE['cp_does_not_split_sequence']}." in page
+
+
 def test_every_no_layout_advice_is_for_a_reason_the_engine_gives():
     from pathlib import Path
 
@@ -246,3 +258,7 @@ def test_every_no_layout_advice_is_for_a_reason_the_engine_gives():
 
     source = "".join(p.read_text() for p in Path(planner.__file__).parent.glob("*.py"))
     assert [key for key in services.NO_LAYOUT_ADVICE if f'"{key}"' not in source] == []
+    # ... and every reason the engine returns has advice of its own: a request whose commonest reason was the
+    # sequence CP cannot split was told "more GPUs", the opposite of what helps.
+    given = set(re.findall(r'(?:return |rejected\.add\()"([a-z]+(?:_[a-z]+)+)",', source))
+    assert len(given) >= 15 and given - set(services.NO_LAYOUT_ADVICE) == set()
