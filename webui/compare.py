@@ -111,9 +111,13 @@ def _chart_labels(plans: list[Plan]) -> list[str]:
     say which is which without a label so long that the bars shrink to nothing."""
     labels = [plan.title for plan in plans]
     for row in _table(_request_rows(plans), plans):
-        if len(set(labels)) == len(labels):
+        tied = [[i for i, other in enumerate(labels) if other == label] for label in set(labels)]
+        tied = [group for group in tied if len(group) > 1]
+        if not tied:
             break
-        if row["differs"] and row["label"] not in ("status", *IN_TITLE):
+        # Only a row that tells apart bars still labelled alike: each row added to every bar made a label of
+        # ~700 characters whose one telling difference ("pinned: TP") came last and was cut off.
+        if row["label"] not in ("status", *IN_TITLE) and any(len({row["cells"][i] for i in g}) > 1 for g in tied):
             labels = [f"{label}, {row['label']} {row['cells'][i]}" for i, label in enumerate(labels)]
     return labels
 

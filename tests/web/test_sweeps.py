@@ -306,6 +306,20 @@ def test_compare_shows_pins_and_labels_bars_with_no_more_than_tells_them_apart(c
                       f"#2 {a.title}, fabric: Latency (µs) 9"]
 
 
+def test_compare_labels_add_only_what_tells_bars_still_alike_apart(client, seeded):
+    # Three plans of one title: c differs in latency, b only by a TP pin. A row that splits none of the bars still
+    # alike adds nothing: each differing row went on every label (~700 characters) and the pin, the one
+    # difference between a and b, came last and was cut.
+    a, b, c = finished_plans(client, 3)
+    Plan.objects.filter(pk=b.pk).update(spec=dict(a.spec, layout=dict(a.spec["layout"], tp=2)))
+    Plan.objects.filter(pk=c.pk).update(spec=dict(a.spec, cluster=dict(a.spec["cluster"], fabric=dict(
+        a.spec["cluster"]["fabric"], latency_us=9.0)), training=dict(a.spec["training"], global_batch=512)))
+    labels = client.get(f"/compare/?plans={a.code},{b.code},{c.code}").context["figures"]["memory"]["data"][0]["y"]
+    assert labels == [f"#1 {a.title}, global batch {a.spec['training']['global_batch']:,}, pinned: TP –",
+                      f"#2 {a.title}, global batch {a.spec['training']['global_batch']:,}, pinned: TP 2",
+                      f"#3 {a.title}, global batch 512, pinned: TP –"]
+
+
 def test_compare_gives_the_capacity_of_a_plan_with_no_feasible_layout(client, seeded):
     a, b = finished_plans(client, 2)
     Plan.objects.filter(pk=b.pk).update(result={"plans": [], "rejected": []})
