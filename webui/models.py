@@ -352,9 +352,12 @@ class Sweep(models.Model):
 
     @property
     def title(self) -> str:
+        axes = ", ".join(self.axes)
+        if "model" in self.axes:  # the base's model (if any) is not what the sweep trains
+            return f"Sweep over {axes}"
         model = self.base.get("model") if isinstance(self.base, dict) else None
         name = model if isinstance(model, str) else (model or {}).get("name", "model")
-        return f"Sweep of {name} over {', '.join(self.axes)}"
+        return f"Sweep of {name} over {axes}"
 
 
 class SweepScenario(models.Model):

@@ -508,3 +508,12 @@ def test_values_an_axis_would_label_alike_are_refused_and_a_modified_row_is_labe
     assert [r["labels"]["cluster.gpu"] for r in rows] == ["H100 SXM5 80GB", "H100 SXM5 80GB (modified)"]
     page = client.get(Sweep.objects.get().get_absolute_url()).content.decode()
     assert "<td>H100 SXM5 80GB (modified)</td>" in page
+
+
+def test_a_sweep_over_models_is_titled_by_its_axes_not_the_base_model(client, seeded):
+    # "Sweep of Llama 3 8B over model" swept Llama 3 8B and 70B; with no base model it read "Sweep of model over
+    # model".
+    code = post(client, {"base": BASE, "vary": {"model": ["Llama 3 8B", "Llama 3 70B"]}}).json()["code"]
+    assert Sweep.objects.get(code=code).title == "Sweep over model"
+    code = post(client, {"base": BASE, "vary": {"cluster.num_gpus": [64, 128]}}).json()["code"]
+    assert Sweep.objects.get(code=code).title == "Sweep of Llama 3 8B over cluster.num_gpus"
