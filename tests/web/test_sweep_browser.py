@@ -45,6 +45,12 @@ def test_a_planner_sweeps_scenarios_and_compares_two(web, worker, seeded, browse
     assert page.is_visible("#sweep-best") or page.is_visible("#sweep-no-best")
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOT), full_page=True)
+    # The live table writes values as the reloaded page does (a 654 s step was "654 s" live, "10.9 min" after).
+    from webui.templatetags.planner_format import duration, number
+    for value in (0.0004, 3.21, 654, 9000, 200_000, 5e7, 1e8):
+        assert page.evaluate(f"window.sweepFormat.duration({value})") == duration(value), value
+    for value in (0.449, 12.5, 104_500, 3_145_728):
+        assert page.evaluate(f"window.sweepFormat.number({value})") == number(value), value
 
     # Open one scenario's plan: an ordinary plan page with its best layout.
     sweep_url = page.url
