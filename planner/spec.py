@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
@@ -586,6 +587,12 @@ def _quantity(bound: float, unit: str) -> str:
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
+def invisible(text: str) -> bool:
+    """Whether text shows nothing: spaces, and format and control characters (a zero-width space, U+200B, made a
+    plan heading of nothing but "on 64 × H100")."""
+    return all(c.isspace() or unicodedata.category(c) in ("Cf", "Cc", "Zs", "Zl", "Zp") for c in text)
+
+
 def lone_surrogate(text: str) -> bool:
     """Whether `text` holds half of a UTF-16 surrogate pair (U+D800-U+DFFF), which UTF-8 cannot encode."""
     return any(0xD800 <= ord(c) <= 0xDFFF for c in text)
@@ -694,7 +701,7 @@ def _section(data: Any, path: str, spec_fields: tuple[Field, ...], errs: _Collec
         raw = data.get(f.name)
         if raw == "" and f.kind is not str:
             raw = None  # an empty form field means "not given"
-        if f.name == "name" and isinstance(raw, str) and not raw.strip():
+        if f.name == "name" and isinstance(raw, str) and invisible(raw):
             raw = None  # a blank name is no name: the section's default ("custom model"), not an empty heading
         value = _coerce(f, raw, f"{path}.{f.name}", errs)
         out[f.name] = f.default if value is None and f.default is not REQUIRED else value

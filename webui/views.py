@@ -163,7 +163,9 @@ def _errors(errors: dict[str, list[str]], status: int = 400) -> JsonResponse:
 
 def _top(request: HttpRequest) -> int:
     """?top=N, the ranked layouts to keep, within the engine's bounds (planner.spec.TOP, as the CLI's --top);
-    the default when absent. Anything else is a SpecError naming `top`."""
+    the default when absent. Anything else is a SpecError naming `top`, as is `top` given twice (which one?)."""
+    if len(request.GET.getlist("top")) > 1:
+        raise SpecError.one("top", "is given more than once")
     return parse_top(request.GET.get("top"))
 
 

@@ -173,8 +173,9 @@ def test_virtual_stages_pinned_with_pp_1_are_a_spec_error(gpt3_doc):
     assert parse_spec(gpt3_doc).layout.vpp == 4
 
 
-def test_a_blank_name_is_the_sections_default(gpt3_doc):
-    gpt3_doc["model"]["name"] = "   "  # an empty page heading otherwise
+@pytest.mark.parametrize("blank", ["   ", "\u200b", "\u200b \u2060\t", "\u3000"])
+def test_a_blank_or_invisible_name_is_the_sections_default(gpt3_doc, blank):
+    gpt3_doc["model"]["name"] = blank  # an empty page heading otherwise (a zero-width space passed strip())
     assert parse_spec(gpt3_doc).model.name == "custom model"
 
 

@@ -253,7 +253,7 @@ def test_an_answer_reads_back_as_the_engine_wrote_it_on_either_database(client, 
 @pytest.mark.parametrize("top, message", [
     ("0", "must be at least 1 (got 0)"), ("-3", "must be at least 1 (got -3)"), ("51", "must be at most 50 (got 51)"),
     ("abc", "must be a number, not 'abc'"), ("2.5", "must be a whole number (got 2.5)"),
-    ("", "must be a number, not ''"), ("%C2%B2", "must be a number, not '²'")])
+    ("", "must be a number, not ''"), ("%C2%B2", "must be a number, not '²'"), ("5&top=7", "is given more than once")])
 def test_a_top_out_of_range_is_a_400_naming_top(client, seeded, small_spec, top, message):
     # They were quietly read as 1, 1, 50 and 10: a script asking for 0 got one layout back and no word. The
     # bounds and the words are the engine's (planner.spec.TOP), as the CLI's --top says them.
