@@ -330,3 +330,17 @@ def test_only_plain_decimal_text_is_a_number(gpt3_doc, typed):
         parse_spec(gpt3_doc)
     gpt3_doc["cluster"]["num_gpus"] = " 1.024e3 "  # scientific notation and spaces around are fine
     assert parse_spec(gpt3_doc).cluster.num_gpus == 1024
+
+
+def test_an_inline_model_under_a_presets_name_says_it_takes_nothing_from_it(catalog):
+    # {"name": "Llama 3 70B", "layers": 40} is the shape of a GPU with one change; for a model it is a model of its
+    # own (an inline model inherits nothing), which four bare "is required" messages did not explain.
+    doc = {"model": {"name": "Llama 3 70B", "layers": 40}, "training": {"global_batch": 256},
+           "cluster": {"num_gpus": 64, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
+                       "fabric": "NDR InfiniBand fat tree"}}
+    with pytest.raises(SpecError) as err:
+        parse_spec(doc, catalog)
+    errors = err.value.as_dict()
+    assert errors["model"] == ["an inline model takes nothing from the preset 'Llama 3 70B' of its name: give hidden, "
+                               'heads, vocab, seq_len too, or name the preset ("model": "Llama 3 70B")']
+    assert errors["model.hidden"] == ["is required"]
