@@ -37,9 +37,9 @@ _PLAN_KEYS = {
     "step_time_s": "plan__result__plans__0__step_time_s", "tokens_per_s": "plan__result__plans__0__tokens_per_s",
     "mfu": "plan__result__plans__0__mfu",
 }
-# The CSV's columns after the axes: what the API gives each scenario (its node too, which no axis may name).
 # The row key holding the name the engine gave each catalog path's section (an axis value's label).
 NAME_KEYS = {"cluster.gpu": "gpu", "cluster.node": "node", "cluster.fabric": "fabric", "model": "model"}
+# The CSV's columns after the axes: what the API gives each scenario (its node too, which no axis may name).
 ROW_FIELDS = ("plan", "status", "num_gpus", "gpu", "node", "fabric", "precision", "layout", "step_time_s",
               "tokens_per_s", "mfu", "time_to_train_days", "gpu_hours", "cost", "meets_goal", "goal_note", "url")
 
@@ -153,7 +153,8 @@ def sweep_rows(*, sweep: Sweep) -> list[dict[str, Any]]:
                          tokens=goal.tokens if goal else spec_tokens,
                          price_per_gpu_hour=found["price_per_gpu_hour_usd"])}
         # Each axis value as the page labels it: an inline GPU by the name the engine gave it ("(modified)").
-        row["labels"] = {axis: value_label(axis, value, row.get(NAME_KEYS.get(axis, ""))) for axis, value in values.items()}
+        row["labels"] = {axis: value_label(axis, value, row.get(NAME_KEYS.get(axis, "")))
+                         for axis, value in values.items()}
         row["url"] = reverse("plan-detail", args=[row["plan"]])
         # Unknown (None) until the plan is finished; a failed plan or one with no feasible layout does not meet it.
         row["meets_goal"], row["goal_note"] = verdict(goal, row) if row["status"] in FINISHED else (None, None)

@@ -95,7 +95,8 @@ def verdict(goal: Goal | None, row: Mapping[str, Any]) -> tuple[bool | None, str
     if miss is None:
         return True, None
     if miss == "deadline":
-        return False, f"{fmt_days(row['time_to_train_days'])} days, past the {fmt_days(goal.deadline_days)}-day deadline"
+        days, deadline = fmt_days(row["time_to_train_days"]), fmt_days(goal.deadline_days)
+        return False, f"{days} days, past the {deadline}-day deadline"
     if miss == "price":
         gpu = row.get("gpu") or "its GPU"
         own = " (a modified GPU has no price of its own)" if str(gpu).endswith(MODIFIED_SUFFIX) else ""
