@@ -95,7 +95,7 @@ def verdict(goal: Goal | None, row: Mapping[str, Any]) -> tuple[bool | None, str
     if miss is None:
         return True, None
     if miss == "deadline":
-        days, deadline = fmt_days(row["time_to_train_days"]), fmt_days(goal.deadline_days)
+        days, deadline = _fmt_days(row["time_to_train_days"]), _fmt_days(goal.deadline_days)
         return False, f"{days} days, past the {deadline}-day deadline"
     if miss == "price":
         gpu = row.get("gpu") or "its GPU"
@@ -144,7 +144,7 @@ def miss_advice(goal: Goal, rows: Sequence[Mapping[str, Any]]) -> str:
     return f"{said}. What may help: {helps}." if found else ""
 
 
-def fmt_days(days: float) -> str:
+def _fmt_days(days: float) -> str:
     return f"{days:.3g}" if days < 1000 else f"{days:,.0f}"
 
 
