@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .spec import FABRIC_FIELDS, GPU_FIELDS, MODEL_FIELDS, NODE_FIELDS, Field
+from .spec import FABRIC_FIELDS, GPU_FIELDS, MODEL_FIELDS, NODE_FIELDS, Field, section_problems
 
 FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -38,10 +38,11 @@ def load_catalog(directory: Path | str | None = None) -> Catalog:
                            for row in json.loads(path.read_text()))
 
 
-def catalog_of_rows(rows: Any) -> Catalog:
+def catalog_of_rows(rows: Any, check: bool = False) -> Catalog:
     """The catalog of fixture-format rows ({"model": "webui.gputype", "fields": {"name": ..., ...}}), such as
     `manage.py catalog export` writes from the web app's database. Rows of other models are skipped; a row that
-    is not of that shape is a ValueError naming it."""
+    is not of that shape, or with `check` one whose values the spec's field tables refuse, is a ValueError naming
+    it (a spec naming the row would otherwise get the row's problems as its own fields')."""
     catalog: Catalog = {section: {} for section, _ in SECTIONS.values()}
     for i, row in enumerate(rows):
         label = row.get("model", "") if isinstance(row, dict) else None
@@ -52,6 +53,11 @@ def catalog_of_rows(rows: Any) -> Catalog:
         fields = row.get("fields")
         if not isinstance(fields, dict) or not isinstance(fields.get("name"), str):
             raise ValueError(f"row {i + 1} ({label}) has no \"fields\" object with a \"name\"")
-        section = SECTIONS[label][0]
-        catalog[section][fields["name"].strip()] = spec_fields_of(section, fields)
+        section, spec_fields = SECTIONS[label]
+        values = spec_fields_of(section, fields)
+        problems = section_problems(values, spec_fields) if check else []
+        if problems:
+            said = "; ".join(f"{p.field}: {p.message}" for p in problems[:3])
+            raise ValueError(f"row {i + 1} ({label} {fields['name'].strip()[:60]!r}): {said}")
+        catalog[section][fields["name"].strip()] = values
     return catalog

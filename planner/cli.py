@@ -155,7 +155,7 @@ def _read_catalog(path: str) -> Catalog:
     """A catalog file in fixture format; problems become SpecErrors naming --catalog."""
     try:
         with open(path, encoding="utf-8") as f:
-            return catalog_of_rows(_rows(jsonio.loads(f.read())))
+            return catalog_of_rows(_rows(jsonio.loads(f.read())), check=True)
     except OSError as exc:
         raise SpecError.one("--catalog", f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError:

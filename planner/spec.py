@@ -708,6 +708,13 @@ def _section(data: Any, path: str, spec_fields: tuple[Field, ...], errs: _Collec
     return out
 
 
+def section_problems(data: Any, spec_fields: tuple[Field, ...]) -> list[FieldError]:
+    """What the field table refuses in one section's values (a catalog row read from a file), fields named bare."""
+    errs = _Collector()
+    _section(data, "", spec_fields, errs)
+    return [FieldError(e.field.lstrip("."), e.message) for e in errs.errors]
+
+
 def _hardware(data: Any, path: str, spec_fields: tuple[Field, ...], table: Mapping[str, Mapping] | None,
               errs: _Collector) -> dict[str, Any] | None:
     """A hardware entry is either the name of a catalog entry or an inline object; an inline object whose name

@@ -285,3 +285,14 @@ def test_a_bad_catalog_file_is_named(tmp_path, text, message):
         path.write_text(text)
     out = run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), "--catalog", str(path))
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_catalog_row_the_field_tables_refuse_is_named_by_its_row(tmp_path):
+    # It was said as the spec's own fields ("model.layers: must be a number"), as if the spec were wrong.
+    rows = [{"model": "webui.modelpreset", "fields": {"name": "Broken", "layers": "x", "hidden": 4096, "heads": 32,
+                                                      "vocab": 32000, "seq_len": 4096}}]
+    (tmp_path / "catalog.json").write_text(json.dumps(rows))
+    out = run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), "--catalog", str(tmp_path / "catalog.json"))
+    assert out.returncode == 2
+    assert "--catalog: " in out.stderr and "row 1 (webui.modelpreset 'Broken'): layers: must be a number, not 'x'" \
+        in out.stderr
