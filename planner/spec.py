@@ -235,11 +235,15 @@ TRAINING_FIELDS = (
 
 GPU_FIELDS = (
     Field("name", str, "custom GPU", help="Shown on the plan page; a catalog name fills the fields left empty."),
-    Field("peak_tflops", float, lo=0.001, hi=1e6, unit="TFLOP/s", help="Dense BF16 tensor-core peak."),
+    Field("peak_tflops", float, lo=0.001, hi=1e6, unit="TFLOP/s",
+          help="Dense 16-bit tensor-core peak: BF16, or FP16 on a GPU without BF16 (V100)."),
     Field("memory_gib", float, lo=0.001, hi=1e5, unit="GiB", help="HBM capacity."),
     Field("memory_gbytes_per_s", float, lo=0.001, hi=1e6, unit="GB/s", help="HBM bandwidth."),
     Field("fp8_tflops", float, None, lo=0, hi=1e6, unit="TFLOP/s",
           help="Dense FP8 tensor-core peak; empty = 2 x peak_tflops (Hopper and later), 0 = no FP8."),
+    Field("bf16", bool, None,
+          help="BF16 tensor cores: empty = yes (Ampere and later); no for Volta (V100), whose tensor cores run FP16 "
+               "only, so it trains in fp16 and bf16 is refused."),
     Field("sm_count", int, 132, lo=1, hi=10_000,
           help="Streaming multiprocessors, for GEMM wave quantization (A100 108, H100 132, B200 148)."),
     # Achievable-throughput constants: catalog data per GPU type, each with its source in fixtures/gpus.json;
@@ -427,6 +431,7 @@ class GPUSpec:
     kernel_overhead_us: float = 4.0
     attention_efficiency: float = 0.55
     cudnn_attention_efficiency: float | None = None
+    bf16: bool | None = None  # None: yes (Ampere and later)
 
     @property
     def fp8_peak_tflops(self) -> float:
@@ -931,6 +936,11 @@ def _check_cluster(num_gpus: int, gpu: dict, node: dict, fabric: dict, training:
         # has no PCIe peer-to-peer path between domains).
         errs.add("cluster.node.nics", f"must be at least 1 when a node holds more than one NVLink domain "
                                       f"(node.gpus {per_node}, nvlink_domain_gpus {domain})")
+    if training["precision"] == "bf16" and gpu["bf16"] is False:
+        # Volta's tensor cores multiply FP16 only (NVIDIA Tesla V100 GPU Architecture whitepaper, 2017); PyTorch
+        # reports no BF16 support there (torch.cuda.is_bf16_supported) and runs BF16 matmuls without tensor cores.
+        errs.add("training.precision", f"bf16 needs a GPU with BF16 tensor cores, and {gpu['name']!r} has none "
+                                       "(cluster.gpu.bf16 is no): train in fp16")
     if training["precision"] == "fp8" and gpu["fp8_tflops"] == 0:
         errs.add("training.precision", f"fp8 needs a GPU with FP8 tensor cores, and {gpu['name']!r} has none "
                                        f"(cluster.gpu.fp8_tflops is 0)")

@@ -130,6 +130,8 @@ class GPUType(CatalogRow):
     memory_gib = models.FloatField()
     memory_gbytes_per_s = models.FloatField()
     fp8_tflops = models.FloatField(null=True, blank=True)
+    bf16 = models.BooleanField(null=True, blank=True, verbose_name="BF16 tensor cores",
+                               help_text="Empty: yes (Ampere and later). No for Volta (V100): it trains in fp16.")
     sm_count = models.PositiveIntegerField(default=132)
     # Catalog only, not a spec field: the engine never sees it. Sweeps read it for a scenario's cost (goal-seeking).
     price_per_gpu_hour_usd = models.FloatField(

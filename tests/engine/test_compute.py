@@ -201,6 +201,7 @@ def test_te_attention_is_the_faster_of_the_gpus_two_kernels(catalog, gpt3_doc, g
     """training.attention = te (Transformer Engine's own pick, the megatron_core stack's setting) costs as the
     kernel Transformer Engine picks on that GPU."""
     gpt3_doc["cluster"]["gpu"] = gpu_name
+    gpt3_doc["training"]["precision"] = "fp16"  # the V100 has no BF16 tensor cores
     spec = parse_spec(gpt3_doc, catalog)
     gpu = spec.cluster.gpu
     assert attention_efficiency(gpu, "te") == attention_efficiency(gpu, kernel) == efficiency

@@ -344,3 +344,19 @@ def test_an_inline_model_under_a_presets_name_says_it_takes_nothing_from_it(cata
     assert errors["model"] == ["an inline model takes nothing from the preset 'Llama 3 70B' of its name: give hidden, "
                                'heads, vocab, seq_len too, or name the preset ("model": "Llama 3 70B")']
     assert errors["model.hidden"] == ["is required"]
+
+
+def test_bf16_on_a_gpu_without_bf16_tensor_cores_is_refused(catalog, gpt3_doc):
+    # It was planned at the FP16 peak under the name bf16 (71% MFU on V100s), and the export said --bf16.
+    gpt3_doc["cluster"] = {"num_gpus": 64, "gpu": "V100 SXM3 32GB", "node": "DGX-2 (V100)",
+                           "fabric": "EDR InfiniBand fat tree"}
+    with pytest.raises(SpecError) as err:
+        parse_spec(gpt3_doc, catalog)
+    assert err.value.as_dict() == {"training.precision": [
+        "bf16 needs a GPU with BF16 tensor cores, and 'V100 SXM3 32GB' has none (cluster.gpu.bf16 is no): train in "
+        "fp16"]}
+    gpt3_doc["training"]["precision"] = "fp16"
+    assert parse_spec(gpt3_doc, catalog).cluster.gpu.bf16 is False
+    gpt3_doc["cluster"]["gpu"] = "A100 SXM4 80GB"  # empty: yes
+    gpt3_doc["training"]["precision"] = "bf16"
+    assert parse_spec(gpt3_doc, catalog).cluster.gpu.bf16 is None
