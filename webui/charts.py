@@ -6,6 +6,7 @@ answer from an older or newer engine still renders.
 """
 from __future__ import annotations
 
+import html
 import math
 from collections import Counter
 from typing import Any
@@ -87,8 +88,15 @@ def _plans(result: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in (result.get("plans") or [])[:MAX_PLANS_CHARTED] if isinstance(p, dict)]
 
 
+def plotly_text(text: Any) -> str:
+    """Text for a Plotly label, title or legend, its markup escaped: Plotly reads <br>, <b> and <a href> in
+    them, so a model named '<a href="...">' was a live link in a shared compare or sweep page (Plotly shows
+    &lt; and &amp; as the characters)."""
+    return html.escape(str(text), quote=False)
+
+
 def _plan_label(p: dict[str, Any]) -> str:
-    return f"#{p.get('rank', '?')} {p.get('label', '')}".strip()
+    return plotly_text(f"#{p.get('rank', '?')} {p.get('label', '')}".strip())
 
 
 def step_time_breakdown(result: dict[str, Any]) -> Figure | None:

@@ -10,7 +10,7 @@ from typing import Any
 from planner.whatif.goal import pareto_front
 from planner.whatif.sweep import CATALOG_PATHS
 
-from .charts import PALETTE, Figure, _layout, legend_below, log_axis
+from .charts import PALETTE, Figure, _layout, legend_below, log_axis, plotly_text
 
 GPUS = "cluster.num_gpus"
 
@@ -23,7 +23,7 @@ def _series_key(row: dict[str, Any], axes: list[str], skip: str) -> str:
 
 
 def _labelled(row: dict[str, Any], axis: str) -> str:
-    label = row["labels"][axis]
+    label = plotly_text(row["labels"][axis])  # names come from requests: markup to Plotly
     return label if axis in CATALOG_PATHS else f"{axis.rsplit('.', 1)[-1]} {label}"
 
 
@@ -101,12 +101,12 @@ def mfu_heatmap(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
     if not axes or not any(r.get("mfu") is not None for r in rows):
         return None
     across = GPUS if GPUS in axes else axes[0]
-    columns = list(dict.fromkeys(r["labels"][across] for r in rows))
+    columns = list(dict.fromkeys(plotly_text(r["labels"][across]) for r in rows))
     lines = list(dict.fromkeys(_series_key(r, axes, across) for r in rows))
     z: list[list[float | None]] = [[None] * len(columns) for _ in lines]
     text = [[""] * len(columns) for _ in lines]
     for r in rows:
-        y, x = lines.index(_series_key(r, axes, across)), columns.index(r["labels"][across])
+        y, x = lines.index(_series_key(r, axes, across)), columns.index(plotly_text(r["labels"][across]))
         if r.get("mfu") is not None:
             z[y][x] = r["mfu"]
             text[y][x] = f"{r['mfu'] * 100:.1f}%"

@@ -517,3 +517,18 @@ def test_a_sweep_over_models_is_titled_by_its_axes_not_the_base_model(client, se
     assert Sweep.objects.get(code=code).title == "Sweep over model"
     code = post(client, {"base": BASE, "vary": {"cluster.num_gpus": [64, 128]}}).json()["code"]
     assert Sweep.objects.get(code=code).title == "Sweep of Llama 3 8B over cluster.num_gpus"
+
+
+def test_names_reach_the_charts_as_text_not_plotly_markup(client, seeded):
+    # Plotly reads <br>, <b> and <a href> in labels: a model so named was a live link on a shared page.
+    evil = {"name": '<a href="https://evil.example/">click</a> & <br>', "layers": 8, "hidden": 1024, "heads": 8,
+            "kv_heads": 8, "ffn_hidden": 4096, "vocab": 32000, "seq_len": 2048}
+    code = post(client, {"base": {**BASE, "model": evil}, "vary": {"cluster.num_gpus": [64, 128],
+                                                                   "model": [evil]}}).json()["code"]
+    run_plans(code)
+    figures = client.get(f"/sweeps/{code}/").context["figures"]
+    a, b = [s.plan for s in SweepScenario.objects.filter(sweep__code=code).order_by("position")]
+    figures |= client.get(f"/compare/?plans={a.code},{b.code}").context["figures"]
+    text = json.dumps(figures)
+    assert "<a href" not in text and "<br> " not in text and '&lt;a href=\\"https://evil.example/\\"&gt;' in text
+    assert "&amp; &lt;br&gt;" in text
