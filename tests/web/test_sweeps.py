@@ -284,10 +284,10 @@ def test_compare_says_how_two_plans_of_one_gpu_name_differ(client, seeded):
     Plan.objects.filter(pk=b.pk).update(spec=spec)
     response = client.get(f"/compare/?plans={a.code},{b.code}")
     rows = {r["label"]: r for s in response.context["sections"] if s["title"] == "Request" for r in s["rows"]}
-    assert rows["GPU: Peak BF16 (TFLOP/s)"] == {"label": "GPU: Peak BF16 (TFLOP/s)", "cells": ["989", "900"],
+    assert rows["GPU: Peak 16-bit (TFLOP/s)"] == {"label": "GPU: Peak 16-bit (TFLOP/s)", "cells": ["989", "900"],
                                                 "differs": True}
     assert not rows["GPU"]["differs"] and "GPU: Memory (GiB)" not in rows  # only what differs is added
-    assert response.context["figures"]["memory"]["data"][0]["y"][1].endswith(", GPU: Peak BF16 (TFLOP/s) 900")
+    assert response.context["figures"]["memory"]["data"][0]["y"][1].endswith(", GPU: Peak 16-bit (TFLOP/s) 900")
 
 
 def test_compare_shows_pins_and_labels_bars_with_no_more_than_tells_them_apart(client, seeded):
