@@ -274,6 +274,13 @@ def test_a_plan_on_each_new_gpu_and_fabric_renders_with_launch_configs(web, work
             labels: [...c.querySelectorAll('.ytick text')].map(t => t.getBoundingClientRect().left),
             plot: c.querySelector('.bglayer rect, .nsewdrag').getBoundingClientRect().width})""")
         assert box["labels"] and min(box["labels"]) >= box["left"] and box["plot"] >= 0.45 * box["width"], box
+    # A change of the window's height alone (a phone's address bar) keeps each chart's height: Plotly's own resize
+    # had shrunk every one to the 200 px minimum.
+    heights = "cs => cs.map(c => Math.round(c.getBoundingClientRect().height))"
+    before = phone.eval_on_selector_all(".chart", heights)
+    phone.set_viewport_size({"width": 375, "height": 700})
+    phone.wait_for_timeout(800)
+    assert phone.eval_on_selector_all(".chart", heights) == before and min(before) > 200, before
 
 
 # Each drawn chart's title box against its chart (left, top = 0) and the top of its plot area, in pixels.

@@ -116,12 +116,18 @@
   }
 
   var CONFIG = {responsive: true, displaylogo: false};
+  // Plotly's responsive resize fits a figure to its div, height too: the div holds the fitted height, or a
+  // change of the window's height alone (a phone's address bar) shrank every chart to the CSS minimum.
+  function draw(div, shown, again) {
+    if (shown.layout.height) div.style.height = shown.layout.height + "px";
+    (again ? Plotly.react : Plotly.newPlot)(div, shown.data, shown.layout, CONFIG);
+  }
+
   var drawn = [];
   document.querySelectorAll("[data-figure]").forEach(function (div) {
     var fig = figures[div.dataset.figure];
     if (!fig) return;
-    var shown = fittedFigure(div, fig);
-    Plotly.newPlot(div, shown.data, shown.layout, CONFIG);
+    draw(div, fittedFigure(div, fig), false);
     drawn.push({div: div, fig: fig, width: div.clientWidth});
   });
 
@@ -132,8 +138,7 @@
       drawn.forEach(function (d) {
         if (d.div.clientWidth === d.width) return;
         d.width = d.div.clientWidth;
-        var shown = fittedFigure(d.div, d.fig);
-        Plotly.react(d.div, shown.data, shown.layout, CONFIG);
+        draw(d.div, fittedFigure(d.div, d.fig), true);
       });
     }, 150);
   });
