@@ -13,7 +13,7 @@ from typing import Any, Callable
 from planner.spec import SECTIONS
 from planner.whatif.goal import SECONDS_PER_DAY
 
-from .charts import (MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, legend_below, memory_breakdown,
+from .charts import (MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, legend_below, memory_breakdown, plotly_text,
                      step_time_breakdown)
 from .forms import field_label
 from .models import Plan
@@ -98,18 +98,24 @@ def compare_figures(*, plans: list[Plan]) -> dict[str, Figure]:
     figures = {"step-time": step_time_breakdown(result), "memory": memory_breakdown(result)}
     titles = {"step-time": "Step time breakdown, best layout of each plan",
               "memory": "Memory per GPU against capacity, best layout of each plan"}
+    shared = {plan.title for plan in plans}
     for name, fig in figures.items():
         if fig is not None:
-            fig["layout"]["title"]["text"] = titles[name]
+            fig["layout"]["title"]["text"] = titles[name] + (f": {plotly_text(plans[0].title)}"
+                                                             if len(shared) == 1 and len(plans) > 1 else "")
     # The legend below the axis as on the plan page: beside a chart of 2-4 bars it would need a scroll bar.
     return {name: legend_below(fig) for name, fig in figures.items() if fig is not None}
 
 
 def _chart_labels(plans: list[Plan]) -> list[str]:
-    """Each plan's title with as few of the request values that tell it from the others as that takes, in the
-    table's order ("..., global batch 2,048"): plans of one sweep often share their title, and a chart's bars must
-    say which is which without a label so long that the bars shrink to nothing."""
-    labels = [plan.title for plan in plans]
+    """Each plan's title (left out where every plan has the same one: the chart's title says it) with as few of the
+    request values that tell it from the others as that takes, in the table's order ("..., global batch 2,048"):
+    plans of one sweep often share their title, and a chart's bars must say which is which without a label so
+    long that the bars shrink to nothing."""
+    titles = [plan.title for plan in plans]
+    # One title for all: the bars say only what differs ("global batch 2,048, pinned: TP 2"); the shared title
+    # came first and was all a phone's shortened label kept.
+    labels = [""] * len(plans) if len(set(titles)) == 1 and len(plans) > 1 else titles
     for row in _table(_request_rows(plans), plans):
         tied = [[i for i, other in enumerate(labels) if other == label] for label in set(labels)]
         tied = [group for group in tied if len(group) > 1]
@@ -118,8 +124,8 @@ def _chart_labels(plans: list[Plan]) -> list[str]:
         # Only a row that tells apart bars still labelled alike: each row added to every bar made a label of
         # ~700 characters whose one telling difference ("pinned: TP") came last and was cut off.
         if row["label"] not in ("status", *IN_TITLE) and any(len({row["cells"][i] for i in g}) > 1 for g in tied):
-            labels = [f"{label}, {row['label']} {row['cells'][i]}" for i, label in enumerate(labels)]
-    return labels
+            labels = [f"{label}, {row['label']} {row['cells'][i]}".lstrip(", ") for i, label in enumerate(labels)]
+    return [label or title for label, title in zip(labels, titles, strict=True)]
 
 
 def _best(plan: Plan) -> dict[str, Any]:

@@ -263,7 +263,9 @@ def test_compare_charts_tell_plans_with_one_title_apart_by_what_differs(client, 
     a, b = [s.plan for s in SweepScenario.objects.filter(sweep__code=code).order_by("position")]
     assert a.title == b.title
     figures = client.get(f"/compare/?plans={a.code},{b.code}").context["figures"]
-    assert figures["memory"]["data"][0]["y"] == [f"#1 {a.title}, global batch 128", f"#2 {b.title}, global batch 256"]
+    # One title for both: the bars say only what differs, and the chart's title gives the shared one.
+    assert figures["memory"]["data"][0]["y"] == ["#1 global batch 128", "#2 global batch 256"]
+    assert figures["memory"]["layout"]["title"]["text"].endswith(f"best layout of each plan: {a.title}")
     # Two stacks on one job: the request rows say which is which, and so do the bars.
     code = post(client, {"base": BASE, "vary": {"training.framework": ["megatron_core", "torchtitan"]}}).json()["code"]
     run_plans(code)
@@ -272,7 +274,7 @@ def test_compare_charts_tell_plans_with_one_title_apart_by_what_differs(client, 
     stack = next(r for s in response.context["sections"] for r in s["rows"] if r["label"] == "training stack")
     assert stack["differs"] and [str(c) for c in stack["cells"]][:2] == ["megatron_core", "torchtitan"]
     assert response.context["figures"]["memory"]["data"][0]["y"] == [
-        f"#1 {a.title}, training stack megatron_core", f"#2 {b.title}, training stack torchtitan"]
+        "#1 training stack megatron_core", "#2 training stack torchtitan"]
 
 
 def test_compare_says_how_two_plans_of_one_gpu_name_differ(client, seeded):
@@ -287,7 +289,7 @@ def test_compare_says_how_two_plans_of_one_gpu_name_differ(client, seeded):
     assert rows["GPU: Peak 16-bit (TFLOP/s)"] == {"label": "GPU: Peak 16-bit (TFLOP/s)", "cells": ["989", "900"],
                                                 "differs": True}
     assert not rows["GPU"]["differs"] and "GPU: Memory (GiB)" not in rows  # only what differs is added
-    assert response.context["figures"]["memory"]["data"][0]["y"][1].endswith(", GPU: Peak 16-bit (TFLOP/s) 900")
+    assert response.context["figures"]["memory"]["data"][0]["y"][1] == "#2 GPU: Peak 16-bit (TFLOP/s) 900"
 
 
 def test_compare_shows_pins_and_labels_bars_with_no_more_than_tells_them_apart(client, seeded):
@@ -302,8 +304,8 @@ def test_compare_shows_pins_and_labels_bars_with_no_more_than_tells_them_apart(c
     assert rows["fabric: Latency (µs)"]["differs"]
     # The first row that tells them apart is enough: the fabric's latency, not the pin after it as well.
     labels = response.context["figures"]["memory"]["data"][0]["y"]
-    assert labels == [f"#1 {a.title}, fabric: Latency (µs) {rows['fabric: Latency (µs)']['cells'][0]}",
-                      f"#2 {a.title}, fabric: Latency (µs) 9"]
+    assert labels == [f"#1 fabric: Latency (µs) {rows['fabric: Latency (µs)']['cells'][0]}",
+                      "#2 fabric: Latency (µs) 9"]
 
 
 def test_compare_labels_add_only_what_tells_bars_still_alike_apart(client, seeded):
@@ -315,9 +317,9 @@ def test_compare_labels_add_only_what_tells_bars_still_alike_apart(client, seede
     Plan.objects.filter(pk=c.pk).update(spec=dict(a.spec, cluster=dict(a.spec["cluster"], fabric=dict(
         a.spec["cluster"]["fabric"], latency_us=9.0)), training=dict(a.spec["training"], global_batch=512)))
     labels = client.get(f"/compare/?plans={a.code},{b.code},{c.code}").context["figures"]["memory"]["data"][0]["y"]
-    assert labels == [f"#1 {a.title}, global batch {a.spec['training']['global_batch']:,}, pinned: TP –",
-                      f"#2 {a.title}, global batch {a.spec['training']['global_batch']:,}, pinned: TP 2",
-                      f"#3 {a.title}, global batch 512, pinned: TP –"]
+    assert labels == [f"#1 global batch {a.spec['training']['global_batch']:,}, pinned: TP –",
+                      f"#2 global batch {a.spec['training']['global_batch']:,}, pinned: TP 2",
+                      "#3 global batch 512, pinned: TP –"]
 
 
 def test_compare_gives_the_capacity_of_a_plan_with_no_feasible_layout(client, seeded):
