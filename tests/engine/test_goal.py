@@ -104,3 +104,14 @@ def test_a_goal_value_that_is_not_a_number_is_said_in_json():
     with pytest.raises(SpecError) as err:
         parse_goal({"tokens": 1e12, "deadline_days": True})
     assert err.value.as_dict()["goal.deadline_days"] == ["must be a number, not true"]  # not Python's 'True'
+
+
+@pytest.mark.parametrize("text", ['{"tokens": 1e400, "deadline_days": 30}', '{"tokens": "1e400", "deadline_days": 30}',
+                                  '{"tokens": 1' + "0" * 400 + ', "deadline_days": 30}'])
+def test_a_goal_number_past_a_double_is_past_the_bound_as_a_spec_field_says(text):
+    from planner import jsonio
+
+    with pytest.raises(SpecError) as err:
+        parse_goal(jsonio.loads(text))
+    # not "(got inf..., 3 digits)" or "(got 1e400..., 5 digits)"
+    assert err.value.as_dict()["goal.tokens"] == ["must be more than 0 and at most 1e+16 tokens"]

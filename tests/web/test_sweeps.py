@@ -88,7 +88,12 @@ def test_a_bad_axis_is_a_400_naming_it_and_nothing_is_saved(client, seeded, vary
     ("[" * 990 + "]" * 990, "sweep", "nested more than 32 levels deep"),
     ({"base": BASE, "vary": {"cluster.num_gpus": [64, 10**400]}}, "vary.cluster.num_gpus", "must be at most"),
     ({"base": BASE, "vary": {"cluster.num_gpus": [64]}, "goal": {"tokens": 10**400, "deadline_days": 30}},
-     "goal.tokens", "must be more than 0 and at most 1e+16 tokens (got 100000000000..., 401 digits)"),
+     "goal.tokens", "must be more than 0 and at most 1e+16 tokens"),
+    # As the spec's fields say it: not "(got inf..., 3 digits)"
+    (b'{"base": {"model": "Llama 3 8B", "training": {"global_batch": 256}, "cluster": {"num_gpus": 64, '
+     b'"gpu": "H100 SXM5 80GB", "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"}}, '
+     b'"vary": {"cluster.num_gpus": [64]}, "goal": {"tokens": 1e400, "deadline_days": 30}}',
+     "goal.tokens", "must be more than 0 and at most 1e+16 tokens"),
     # A goal judges every scenario on its own tokens: others stated beside it showed one time to train in the
     # sweep and another on the scenario's plan page.
     ({"base": BASE, "vary": {"training.tokens": [1e12, 2e12]}, "goal": {"tokens": 1e12, "deadline_days": 30}},
