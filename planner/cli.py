@@ -92,7 +92,9 @@ def _run(argv: list[str] | None) -> int:
             return 0
     except SpecError as exc:
         source = getattr(args, "spec", None) or " ".join(getattr(args, "runs", None) or ["files"])
-        print(f"error: invalid input {source}:", file=sys.stderr)
+        # An option's problem is not the spec file's ("invalid input spec.json: --top: ...")
+        options = all(err.field.startswith("--") for err in exc.errors)
+        print("error: invalid options:" if options else f"error: invalid input {source}:", file=sys.stderr)
         for err in exc.errors:
             print(f"  {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

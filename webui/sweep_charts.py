@@ -110,7 +110,7 @@ def mfu_heatmap(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
         if r.get("mfu") is not None:
             z[y][x] = r["mfu"]
             text[y][x] = f"{r['mfu'] * 100:.1f}%"
-    down = ", ".join(a for a in axes if a != across) or "—"
+    down = ", ".join(a for a in axes if a != across)
     # Both ends fixed (Plotly rescales to the data unless zmin and zmax are both given): 0 to the best MFU, so
     # 51.7% and 51.9% look alike rather than at the two ends of the scale.
     top = max(r["mfu"] for r in rows if r.get("mfu") is not None)
@@ -118,7 +118,8 @@ def mfu_heatmap(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
                       "colorscale": "Viridis", "zmin": 0, "zmax": top, "zauto": False,
                       "colorbar": {"title": {"text": "MFU"}, "tickformat": ".0%"},
                       "hovertemplate": "%{y}<br>" + across + " %{x}: MFU %{text}<extra></extra>", "xgap": 2, "ygap": 2}],
-            "layout": _layout(f"MFU of each scenario's best layout ({across} across; {down} down)",
+            "layout": _layout(f"MFU of each scenario's best layout ({across} across; {down} down)" if down
+                              else f"MFU of each scenario's best layout, by {across}",
                               height=160 + 36 * len(lines), xaxis={"title": {"text": across}, "type": "category"},
                               yaxis={"type": "category", "automargin": True})}
 

@@ -82,10 +82,15 @@ def _label_clashes(axes: dict[str, list[Any]], scenarios: list[Scenario]) -> lis
                 inline = path in CATALOG_PATHS and isinstance(value, Mapping)
                 labels[key] = value_label(path, value, section_name(s.spec.to_dict(), path) if inline else None)
         for label, n in Counter(labels.values()).items():
-            if n > 1:
-                errors.append(FieldError(f"vary.{key_name(path)}", f"gives {n} different values the label "
-                                         f"{label[:60]!r}, so its table and charts could not tell them apart: "
-                                         "list each value once, and give each inline value a name of its own"))
+            if n < 2:
+                continue
+            alike = [v for v in values if labels.get(_key(v)) == label]
+            if any(isinstance(v, Mapping) for v in alike):
+                why = "give each inline value a name of its own"
+            else:  # 64 and 64.0: one value written twice
+                why = f"list it once (as {' and '.join(_short(v) for v in alike)} it is the same value)"
+            errors.append(FieldError(f"vary.{key_name(path)}", f"gives {n} different values the label "
+                                     f"{label[:60]!r}, so its table and charts could not tell them apart: {why}"))
     return errors
 
 

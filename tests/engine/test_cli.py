@@ -115,6 +115,7 @@ def test_top_and_rank_have_the_apis_bounds(flag, value, message):
     args = ["--export", "megatron"] if flag == "--rank" else []
     out = run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), flag, value, *args)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+    assert out.stderr.startswith("error: invalid options:\n")  # the option's problem, not the spec file's
 
 
 def test_the_engine_imports_without_django():

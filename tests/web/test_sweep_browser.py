@@ -51,6 +51,16 @@ def test_a_planner_sweeps_scenarios_and_compares_two(web, worker, seeded, browse
         assert page.evaluate(f"window.sweepFormat.duration({value})") == duration(value), value
     for value in (0.449, 12.5, 104_500, 3_145_728):
         assert page.evaluate(f"window.sweepFormat.number({value})") == number(value), value
+    # On a phone the heatmap's row labels ("RoCEv2 400 GbE (Llama 3 style), precision bf16") are shortened to fit,
+    # not cut at the chart's left edge.
+    page.set_viewport_size({"width": 375, "height": 800})
+    page.wait_for_function("[...document.querySelectorAll('#chart-mfu-heatmap .ytick text')]"
+                           ".some(t => t.textContent.endsWith('…'))", timeout=10_000)
+    left = page.eval_on_selector("#chart-mfu-heatmap", "c => c.getBoundingClientRect().left")
+    ticks = page.eval_on_selector_all("#chart-mfu-heatmap .ytick text",
+                                      "ts => ts.map(t => t.getBoundingClientRect().left)")
+    assert ticks and min(ticks) >= left, (ticks, left)
+    page.set_viewport_size({"width": 1280, "height": 900})
 
     # Open one scenario's plan: an ordinary plan page with its best layout.
     sweep_url = page.url

@@ -82,6 +82,13 @@ def test_a_legend_names_each_value_that_is_not_a_catalog_name_by_its_field():
     assert line["name"] == "H100 SXM5 80GB, memory_gib 80, layers 80"
 
 
+def test_a_one_axis_heatmap_is_titled_by_its_axis():
+    rows = [{**row(256, "IB", 40.0, 0.5), **labelled({"cluster.fabric": "IB"})},
+            {**row(256, "RoCE", 41.0, 0.49), **labelled({"cluster.fabric": "RoCE"})}]
+    fig = mfu_heatmap(rows, ["cluster.fabric"])
+    assert fig["layout"]["title"]["text"] == "MFU of each scenario's best layout, by cluster.fabric"  # not "; — down"
+
+
 def test_nothing_finished_draws_nothing():
     empty = [row(256, "IB", None, None)]
     assert sweep_figures(empty, AXES, None) == {}

@@ -80,7 +80,9 @@
   }
 
   function fitCategoryLabels(data, layout, width) {
-    var bars = data.filter(function (t) { return t.type === "bar" && t.orientation === "h" && t.y; });
+    var bars = data.filter(function (t) {  // horizontal bars, and heatmap rows (a sweep's axis combinations)
+      return ((t.type === "bar" && t.orientation === "h") || t.type === "heatmap") && t.y;
+    });
     if (!bars.length || !layout.yaxis) return;
     var labels = bars[0].y.filter(function (y) { return typeof y === "string"; });
     var room = Math.max(80, 0.4 * width);
