@@ -257,6 +257,12 @@ def test_a_plan_on_each_new_gpu_and_fabric_renders_with_launch_configs(web, work
         for t in titles:
             assert 0 <= t["top"] and t["right"] <= t["width"] and t["bottom"] <= t["plot_top"], (url, t)
         assert any(t["lines"] > 1 for t in titles), titles  # at 375 px some were wider than the chart
+        # A legend under the plot wraps into more rows on a phone: it stays below the x-axis title (its box has
+        # a few px of padding), where it had run up over it.
+        overlaps = phone.eval_on_selector_all(".chart", """cs => cs.map(c => [c.querySelector('.xtitle'),
+            c.querySelector('.legend')]).filter(([t, l]) => t && l).map(([t, l]) =>
+            l.getBoundingClientRect().top - t.getBoundingClientRect().bottom)""")
+        assert overlaps and min(overlaps) >= -5, (url, overlaps)
     # Long plan labels ("#1 TP1 PP2 DP8 mb1 v2 selective recompute ZeRO-1 PP inside DP") are shortened to fit:
     # they were cut at the chart's left edge, and squeezed the bars into about 60 px.
     gpu, node, fabric, gpus = NEW_HARDWARE[0]

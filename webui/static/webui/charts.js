@@ -106,12 +106,37 @@
     });
   }
 
+  // A legend under the plot (webui/charts.py legend_below, sized for 3 entries a row) wraps into more rows on a
+  // narrow chart, which then ran up over the x-axis title: the bottom margin grows to hold the rows this width
+  // makes (entries packed in measured widths), and the legend is placed again below the axis title.
+  var LEGEND_GAP = 62, LEGEND_ROW = 21, LEGEND_SYMBOL = 46;  // px, as webui/charts.py
+  function fitLegend(data, layout, width) {
+    var legend = layout.legend;
+    if (!legend || legend.orientation !== "h" || !(legend.y < 0) || !layout.margin) return;
+    var names = [];
+    data.forEach(function (t) {
+      var name = t.legendgroup || t.name;
+      if (t.name && t.showlegend !== false && t.type !== "heatmap" && names.indexOf(name) < 0) names.push(name);
+    });
+    var room = width - 40, rows = 1, used = 0;
+    names.forEach(function (name) {
+      var entry = textWidth(String(name), 12) + LEGEND_SYMBOL;
+      if (used && used + entry > room) { rows += 1; used = 0; }
+      used += entry;
+    });
+    var margin = layout.margin, grow = Math.max(0, LEGEND_GAP + rows * LEGEND_ROW - margin.b);
+    margin.b += grow;
+    layout.height = (layout.height || 450) + grow;
+    legend.y = -LEGEND_GAP / (layout.height - margin.t - margin.b);
+  }
+
   // The figure as the server built it, fitted to the div's width.
   function fittedFigure(div, fig) {
     var data = JSON.parse(JSON.stringify(fig.data));
     var layout = JSON.parse(JSON.stringify(fig.layout));
     var width = div.clientWidth;
     fitTitle(layout, width);
+    fitLegend(data, layout, width);
     fitCategoryLabels(data, layout, width);
     fitCellText(data, width);
     return {data: data, layout: layout};
@@ -122,7 +147,27 @@
   // change of the window's height alone (a phone's address bar) shrank every chart to the CSS minimum.
   function draw(div, shown, again) {
     if (shown.layout.height) div.style.height = shown.layout.height + "px";
-    (again ? Plotly.react : Plotly.newPlot)(div, shown.data, shown.layout, CONFIG);
+    (again ? Plotly.react : Plotly.newPlot)(div, shown.data, shown.layout, CONFIG).then(function () {
+      clearAxisTitle(div);
+    });
+  }
+
+  // What fitLegend estimates, measured once drawn: a legend still over the x-axis title (taller tick labels than
+  // LEGEND_GAP allows) moves down by the overlap, and the figure grows by as much, its plot area unchanged.
+  function clearAxisTitle(div) {
+    var title = div.querySelector(".xtitle"), legend = div.querySelector(".legend");
+    var layout = div.layout, size = div._fullLayout && div._fullLayout._size;
+    if (!title || !legend || !layout.legend || !(layout.legend.y < 0) || !size) return;  // legends below only
+    var overlap = Math.ceil(title.getBoundingClientRect().bottom + 4 - legend.getBoundingClientRect().top);
+    if (overlap <= 0) return;
+    // The layout as drawn, changed and drawn again (Plotly.relayout of a height also fixes the width, which then
+    // stopped following the window).
+    var changed = Object.assign({}, layout, {
+      height: div._fullLayout.height + overlap,
+      margin: Object.assign({}, layout.margin, {b: size.b + overlap}),
+      legend: Object.assign({}, layout.legend, {y: layout.legend.y - overlap / size.h})});
+    div.style.height = changed.height + "px";
+    Plotly.react(div, div.data, changed, CONFIG);
   }
 
   var drawn = [];
