@@ -42,14 +42,14 @@ def _run(argv: list[str] | None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan", help="search the layouts of a plan spec and print the answer")
     p.add_argument("spec", help="path to the spec JSON (see docs/plan-spec.md), or - for standard input")
-    p.add_argument("--top", help=f"how many ranked plans to print, {TOP.lo} to {TOP.hi} (default {TOP.default})")
+    p.add_argument("--top", action=_Once, help=f"how many ranked plans to print, {TOP.lo} to {TOP.hi} (default {TOP.default})")
     p.add_argument("--format", choices=("json", "table"), default="json", help="json (default) or table")
-    p.add_argument("--catalog", metavar="FILE",
+    p.add_argument("--catalog", metavar="FILE", action=_Once,
                    help="resolve catalog names from this file, in fixture format: `manage.py catalog export FILE` "
                         "writes the web app's catalog as edited in its admin (default: the shipped fixtures/*.json)")
     p.add_argument("--export", choices=FRAMEWORKS,
                    help="print the launch configuration of one plan for this framework instead of the answer")
-    p.add_argument("--rank", help=f"with --export: the plan ranked N, {TOP.lo} to {TOP.hi} (1 = best, as in the "
+    p.add_argument("--rank", action=_Once, help=f"with --export: the plan ranked N, {TOP.lo} to {TOP.hi} (1 = best, as in the "
                                   "table; default 1)")
     sub.add_parser("catalog", help="list the hardware catalog and model presets by name")
     v = sub.add_parser(
@@ -111,6 +111,16 @@ def _run(argv: list[str] | None) -> int:
         json.dump(answer, sys.stdout, indent=1)
         sys.stdout.write("\n")
     return 0
+
+
+class _Once(argparse.Action):
+    """An option given at most once: `--top 5 --top 7` is a usage error, as `?top=5&top=7` is the API's (argparse
+    would keep the last without a word)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest) is not None:
+            parser.error(f"{option_string} is given more than once")
+        setattr(namespace, self.dest, values)
 
 
 def _validate(args: argparse.Namespace) -> int:

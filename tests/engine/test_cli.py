@@ -297,3 +297,9 @@ def test_a_catalog_row_the_field_tables_refuse_is_named_by_its_row(tmp_path):
     assert out.returncode == 2
     assert "--catalog: " in out.stderr and "row 1 (webui.modelpreset 'Broken'): layers: must be a number, not 'x'" \
         in out.stderr
+
+
+@pytest.mark.parametrize("flag, values", [("--top", ("5", "7")), ("--rank", ("1", "2")), ("--catalog", ("a", "b"))])
+def test_an_option_given_twice_is_a_usage_error(flag, values):
+    out = run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), flag, values[0], flag, values[1])
+    assert out.returncode == 2 and f"{flag} is given more than once" in out.stderr and out.stdout == ""
