@@ -6,7 +6,6 @@ from typing import Any
 from django import template
 
 from planner.spec import SECTIONS
-from planner.whatif.sweep import value_text
 
 register = template.Library()
 
@@ -130,9 +129,6 @@ def option_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     return "–" if value is None else str(value)
-
-
-register.filter("value_text", value_text)  # a sweep axis value as the tables and charts label it
 
 
 @register.filter
