@@ -751,10 +751,10 @@ def _model(data: Any, presets: Mapping[str, Mapping] | None, errs: _Collector) -
     is named "NAME (modified)", as a hardware entry is."""
     if isinstance(data, str):
         return _hardware(data, "model", MODEL_FIELDS, presets, errs)
-    preset = _catalog_row_named(data, presets)
-    missing = [f.name for f in MODEL_FIELDS if f.default is REQUIRED and isinstance(data, Mapping)
-               and data.get(f.name) in (None, "")]
-    if preset is not None and missing:
+    preset = _catalog_row_named(data, presets)  # None unless `data` is an object named after a preset
+    missing = [f.name for f in MODEL_FIELDS if f.default is REQUIRED and data.get(f.name) in (None, "")] \
+        if preset is not None else []
+    if missing:
         # {"name": "Llama 3 70B", "layers": 40} reads as the preset with one change, as it does for a GPU; say why
         # it is not, beside each "is required".
         errs.add("model", f"an inline model takes nothing from the preset {data['name'].strip()!r} of its name: "

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import FieldError, SpecError
 from ..report import training_seconds
-from ..spec import MODIFIED_SUFFIX, as_number, describe_value, fmt_number
+from ..spec import as_number, describe_value, fmt_number, unmodified_name
 from .sweep import key_name
 
 SECONDS_PER_DAY = 86_400.0
@@ -99,7 +99,7 @@ def verdict(goal: Goal | None, row: Mapping[str, Any]) -> tuple[bool | None, str
         return False, f"{days} days, past the {deadline}-day deadline"
     if miss == "price":
         gpu = row.get("gpu") or "its GPU"
-        own = " (a modified GPU has no price of its own)" if str(gpu).endswith(MODIFIED_SUFFIX) else ""
+        own = " (a modified GPU has no price of its own)" if unmodified_name(str(gpu)) else ""
         return False, f"no price for {gpu}{own}, so no cost to hold to the budget"
     if miss == "budget":
         return False, f"costs {row['cost']:,.0f} USD, over the {goal.budget_usd:,.0f} USD budget"
