@@ -228,7 +228,7 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
     shown, total = pm.get("gpus_shown", len(cells)), pm.get("gpus_total", len(cells))
     title = "Placement of the best plan"
     if total and shown and shown < total:
-        title += f" ({shown:,} of {total:,} GPUs shown: {_shown_part(result, cells)})"
+        title += f" ({shown:,} of {total:,} GPUs shown: {_shown_part(result, cells, total)})"
     title += ("<br><span style='font-size:12px'>GPUs by node; NVLink domains outlined; colour = pipeline stage; "
               "label = rank in its TP group and DP replica</span>")
     return {"data": data, "layout": _layout(
@@ -237,8 +237,8 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
         yaxis={"autorange": "reversed", "type": "category", "automargin": True})}
 
 
-def _shown_part(result: dict[str, Any], cells: list[dict[str, Any]]) -> str:
-    """Which GPUs a sampled map holds (planner.placement._shown_gpus: the first whole nodes of up to four pipeline
+def _shown_part(result: dict[str, Any], cells: list[dict[str, Any]], total: int) -> str:
+    """Which GPUs of `total` a sampled map holds (planner.placement._shown_gpus: the first whole nodes of up to four pipeline
     stages, then the nodes after them): "the first 64 of each of the 4 pipeline stages", "all of pipeline stages
     0-7 of 16"."""
     plans = result.get("plans") or [{}]
@@ -254,8 +254,7 @@ def _shown_part(result: dict[str, Any], cells: list[dict[str, Any]]) -> str:
     else:
         which = f"pipeline stages {', '.join(map(str, stages))} of {pp}"
     counts = set(per_stage.values())
-    total = int((result.get("placement_map") or {}).get("gpus_total") or 0)
-    if counts == {total // pp}:
+    if counts == {int(total) // pp}:
         return f"all of {which}"
     return f"the first {counts.pop():,} of {which}" if len(counts) == 1 else f"the first GPUs of {which}"
 
