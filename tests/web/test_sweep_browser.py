@@ -60,6 +60,16 @@ def test_a_planner_sweeps_scenarios_and_compares_two(web, worker, seeded, browse
     ticks = page.eval_on_selector_all("#chart-mfu-heatmap .ytick text",
                                       "ts => ts.map(t => t.getBoundingClientRect().left)")
     assert ticks and min(ticks) >= left, (ticks, left)
+    # ... and on a small phone the time-vs-GPUs legend's entries ("ideal scaling (RoCEv2 400 GbE (Llama 3
+    # style))") are shortened to the chart's width: they ran past its right edge.
+    page.set_viewport_size({"width": 320, "height": 800})
+    page.wait_for_function("document.querySelector('#chart-time-vs-gpus .main-svg').getAttribute('width') < 320")
+    page.wait_for_timeout(500)  # the legend drawn again after the width's (clearAxisTitle)
+    right = page.eval_on_selector("#chart-time-vs-gpus", "c => c.getBoundingClientRect().right")
+    entries = page.eval_on_selector_all("#chart-time-vs-gpus .legend .traces",
+                                        "ts => ts.map(t => [t.textContent, t.getBoundingClientRect().right])")
+    assert max(edge for _, edge in entries) <= right, (entries, right)
+    assert any(name.endswith("…") for name, _ in entries), entries
     page.set_viewport_size({"width": 1280, "height": 900})
 
     # Open one scenario's plan: an ordinary plan page with its best layout.

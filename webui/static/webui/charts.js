@@ -108,17 +108,22 @@
 
   // A legend under the plot (webui/charts.py legend_below, sized for 3 entries a row) wraps into more rows on a
   // narrow chart, which then ran up over the x-axis title: the bottom margin grows to hold the rows this width
-  // makes (entries packed in measured widths), and the legend is placed again below the axis title.
+  // makes (entries packed in measured widths), and the legend is placed again below the axis title. An entry wider
+  // than the chart (a sweep's "ideal scaling (RoCEv2 400 GbE (Llama 3 style), precision bf16)" at 375 px) ran
+  // past its right edge: its name is shortened as the bar labels are, and its hover keeps the whole name.
   var LEGEND_GAP = 62, LEGEND_ROW = 21, LEGEND_SYMBOL = 46;  // px, as webui/charts.py
   function fitLegend(data, layout, width) {
     var legend = layout.legend;
     if (!legend || legend.orientation !== "h" || !(legend.y < 0) || !layout.margin) return;
-    var names = [];
+    var names = [], room = width - 40;
     data.forEach(function (t) {
+      if (!t.name || t.showlegend === false || t.type === "heatmap") return;
+      // Every legend trace of webui/charts.py and sweep_charts.py names itself in its hovertemplate, or skips hover.
+      if (textWidth(String(t.name), 12) + LEGEND_SYMBOL > room) t.name = shorten(String(t.name), room - LEGEND_SYMBOL);
       var name = t.legendgroup || t.name;
-      if (t.name && t.showlegend !== false && t.type !== "heatmap" && names.indexOf(name) < 0) names.push(name);
+      if (names.indexOf(name) < 0) names.push(name);
     });
-    var room = width - 40, rows = 1, used = 0;
+    var rows = 1, used = 0;
     names.forEach(function (name) {
       var entry = textWidth(String(name), 12) + LEGEND_SYMBOL;
       if (used && used + entry > room) { rows += 1; used = 0; }
