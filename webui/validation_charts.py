@@ -11,6 +11,7 @@ from typing import Any
 from .charts import PALETTE, Figure, _layout, legend_below, log_axis
 
 BAND = 0.10  # the ±10% band of the scatter, the `within_10pct` figure
+SHAPES = ("circle", "square", "diamond", "triangle-up")  # Plotly marker symbols, each with an "-open" variant
 
 
 def _modelled(validation: dict[str, Any]) -> list[dict[str, Any]]:
@@ -20,7 +21,7 @@ def _modelled(validation: dict[str, Any]) -> list[dict[str, Any]]:
 
 def predicted_vs_measured(validation: dict[str, Any]) -> Figure | None:
     """Each modelled run: published step time across, predicted up, log axes; y = x and the ±10% band;
-    one colour per group, held-out runs as open markers."""
+    one colour (and shape) per group, held-out runs as open markers."""
     rows = _modelled(validation)
     if not rows:
         return None
@@ -36,13 +37,15 @@ def predicted_vs_measured(validation: dict[str, Any]) -> Figure | None:
     for i, group in enumerate(groups):
         # Fitted rows first: the legend shows a group's first marker, which must not look held out.
         mine = sorted((r for r in rows if r["group"] == group), key=lambda r: bool(r.get("holdout")))
+        # Past the palette's colours (12 groups, 10 colours) a group takes the next shape, so none look alike.
+        shape = SHAPES[i // len(PALETTE) % len(SHAPES)]
         data.append({
             "type": "scatter", "mode": "markers", "name": group,
             "x": [r["measured_s"] for r in mine], "y": [r["predicted_s"] for r in mine],
             "customdata": [[r["id"], r["group"], f"{r['generation']} {r['precision']}", r.get("gpus") or "",
                             r["err"], " (held out)" if r.get("holdout") else ""] for r in mine],
             "marker": {"color": PALETTE[i % len(PALETTE)], "size": 8,
-                       "symbol": ["circle-open" if r.get("holdout") else "circle" for r in mine]},
+                       "symbol": [shape + "-open" if r.get("holdout") else shape for r in mine]},
             "hovertemplate": ("%{customdata[0]}%{customdata[5]}<br>%{customdata[1]}<br>%{customdata[2]}, "
                               "%{customdata[3]} GPUs<br>published %{x:.3g} s, predicted %{y:.3g} s "
                               "(%{customdata[4]:+.1%})<extra></extra>")})

@@ -11,6 +11,7 @@ import pytest
 from planner import accuracy
 from webui import services
 from webui.models import Plan
+from webui.charts import PALETTE
 from webui.templatetags.planner_format import percent
 from webui.validation_charts import predicted_vs_measured, validation_figures
 
@@ -66,6 +67,12 @@ def test_the_scatter_has_every_modelled_run_the_diagonal_and_the_band():
     row = next(r for r in snapshot["rows"] if r["err"] is not None)
     assert points[row["id"]] == (row["measured_s"], row["predicted_s"])  # hover names the run
     assert figure["layout"]["yaxis"]["type"] == "log"
+    # No two groups look alike: 12 groups and 10 colours, so the 11th on take another shape; held out is open.
+    looks = [(g["marker"]["color"], g["marker"]["symbol"][0]) for g in groups]
+    assert len(groups) > len(PALETTE) and len(set(looks)) == len(groups), looks
+    held = next(r for r in snapshot["rows"] if r["err"] is not None and r["holdout"])
+    group = next(g for g in groups if held["id"] in [cd[0] for cd in g["customdata"]])
+    assert group["marker"]["symbol"][[cd[0] for cd in group["customdata"]].index(held["id"])].endswith("-open")
 
 
 def test_figures_measured_with_another_engine_build_are_flagged(client, tmp_path, monkeypatch):
