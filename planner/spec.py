@@ -598,6 +598,14 @@ def invisible(text: str) -> bool:
     return all(c.isspace() or unicodedata.category(c) in ("Cf", "Cc", "Zs", "Zl", "Zp") for c in text)
 
 
+def look_alike_key(name: str) -> str:
+    """What a name reads as: Unicode compatibility form (NFKC: a decomposed "è" is the composed one), invisible
+    format characters dropped (a zero-width space), runs of spaces as one, case folded. Two catalog names with one
+    key look the same in a menu, a plan title and a sweep's legend."""
+    shown = "".join(c for c in unicodedata.normalize("NFKC", name) if unicodedata.category(c) != "Cf")
+    return " ".join(shown.split()).casefold()
+
+
 def lone_surrogate(text: str) -> bool:
     """Whether `text` holds half of a UTF-16 surrogate pair (U+D800-U+DFFF), which UTF-8 cannot encode."""
     return any(0xD800 <= ord(c) <= 0xDFFF for c in text)

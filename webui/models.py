@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from planner import SpecError, parse_spec
 from planner.catalog import spec_fields_of
-from planner.spec import TOP, lone_surrogate
+from planner.spec import TOP, lone_surrogate, look_alike_key
 
 
 class CatalogRow(models.Model):
@@ -62,10 +62,10 @@ class CatalogRow(models.Model):
                 errors.setdefault(f.attname, []).append("must not contain NUL characters")
             if lone_surrogate(text) and f.attname not in errors:  # a name's is said already, by the engine
                 errors.setdefault(f.attname, []).append("must be valid Unicode text (it holds a lone surrogate)")
-        if twin := self._same_name_but_case():
+        if twin := self._look_alike():
             errors.setdefault("name", []).append(
-                f"{twin.name!r} is already a {self._meta.verbose_name}: names that differ only in case would be "
-                f"mistaken for each other in menus and specs")
+                f"{twin.name!r} is already a {self._meta.verbose_name}: names that differ only in case, spacing, "
+                f"invisible characters or Unicode form would be mistaken for each other in menus and specs")
         for field, messages in self.row_errors().items():
             errors.setdefault(field, []).extend(messages)
         # A form leaves out the fields it could not read (full_clean's exclude): their stale values are not judged.
@@ -77,13 +77,15 @@ class CatalogRow(models.Model):
         """{field: [messages]} for rules of this table's own catalog-only columns, beside the engine's."""
         return {}
 
-    def _same_name_but_case(self) -> CatalogRow | None:
-        """Another row of this table whose name equals this one's but for case (an exact twin is the unique
-        constraint's to report)."""
+    def _look_alike(self) -> CatalogRow | None:
+        """Another row of this table whose name reads as this one's (planner.spec.look_alike_key: "H100  SXM5
+        80GB" with two spaces, or with a zero-width space, beside "H100 SXM5 80GB"); an exact twin is the unique
+        constraint's to report. A catalog table holds tens of rows: each is compared."""
         if not isinstance(self.name, str) or not self.name:
             return None
-        return (type(self).objects.filter(name__iexact=self.name).exclude(name=self.name).exclude(pk=self.pk)
-                .first())
+        key = look_alike_key(self.name)
+        others = type(self).objects.exclude(name=self.name).exclude(pk=self.pk).only("name")
+        return next((row for row in others if look_alike_key(row.name) == key), None)
 
 
 # A small, valid spec that each catalog row is dropped into, so the engine checks the row with the same

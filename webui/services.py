@@ -25,7 +25,7 @@ import planner
 from planner import PlanSpec, SpecError, accuracy, parse_spec, stacks
 from planner.catalog import FIXTURES_DIR, Catalog
 from planner.constants import ENGINE_VERSION
-from planner.spec import TOP, text_problem
+from planner.spec import TOP, look_alike_key, text_problem
 from planner.launch import launch_configs
 
 from . import delivery, options
@@ -70,9 +70,12 @@ def catalog_import(*, rows: Any, update_existing: bool = True) -> dict[str, int]
     with transaction.atomic():
         for index, row in enumerate(rows, start=1):
             if isinstance(row, dict) and isinstance(row.get("fields"), dict):
-                key = (str(row.get("model", "")).lower(), str(row["fields"].get("name")))
-                if key in first_of:  # the later row would silently win
-                    problems.append(f"row {index} ({key[1]}): repeats the name of row {first_of[key]}")
+                # Names as they read: " ImpGPU " (stored stripped) or "IMPGPU" beside "ImpGPU", where the later
+                # row would silently win, or stand beside the first as its look-alike.
+                name = str(row["fields"].get("name"))
+                key = (str(row.get("model", "")).lower(), look_alike_key(name))
+                if key in first_of:
+                    problems.append(f"row {index} ({name.strip()}): repeats the name of row {first_of[key]}")
                     continue
                 first_of[key] = index
             try:
@@ -100,6 +103,12 @@ def _catalog_row_load(row: Any, *, update_existing: bool) -> str:
     unknown = sorted(set(fields) - known)
     if unknown:
         raise ValidationError(f"unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    # A null where the column takes none: full_clean skips a field that may be blank ("source"), and the INSERT
+    # then failed (a 500 in the admin, a traceback from the command).
+    nulls = {key: ["must not be null (leave the field out for its default)"] for key, value in fields.items()
+             if value is None and not model._meta.get_field(key).null}
+    if nulls:
+        raise ValidationError(nulls)
     name = fields.get("name")
     if isinstance(name, str):  # as CatalogRow.clean stores it: a padded name updates the row of that name
         name = fields["name"] = name.strip()

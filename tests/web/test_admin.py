@@ -60,6 +60,17 @@ def test_a_name_that_differs_from_another_only_in_case_is_refused(staff):
     gpu.full_clean()
 
 
+@pytest.mark.parametrize("name", ["H100  SXM5 80GB", "H100 SXM5\u200b 80GB", "H100 SXM5\u00a080GB",
+                                  "H\uff11\uff10\uff10 SXM5 80GB"])
+def test_a_name_that_reads_as_another_is_refused(staff, name):
+    # Two spaces, a zero-width space, a no-break space, full-width digits: three "H100 SXM5 80GB" stood in the
+    # GPU menu, and a sweep over them drew three rows of that name.
+    response = add_gpu(staff, name)
+    assert response.status_code == 200
+    assert "&#x27;H100 SXM5 80GB&#x27; is already a GPU type" in response.content.decode()
+    assert not GPUType.objects.filter(name=name.strip()).exists()
+
+
 def test_a_price_of_zero_is_refused_and_an_empty_one_is_no_price(staff):
     response = add_gpu(staff, "Free", price_per_gpu_hour_usd="0")
     assert "must be more than 0: leave it empty when you have no price" in response.content.decode()

@@ -119,6 +119,16 @@ def test_import_updates_by_name_and_reports_unchanged(seeded):
       {"model": "webui.gputype", "fields": {"name": "x", "peak_tflops": 200, "memory_gib": 80,
                                              "memory_gbytes_per_s": 100}}],
      "row 2 (x): repeats the name of row 1"),
+    # ... as it reads: " x " is stored as "x", and the second row silently overwrote the first.
+    ([{"model": "webui.gputype", "fields": {"name": "x", "peak_tflops": 100, "memory_gib": 80,
+                                             "memory_gbytes_per_s": 100}},
+      {"model": "webui.gputype", "fields": {"name": " x ", "peak_tflops": 200, "memory_gib": 80,
+                                             "memory_gbytes_per_s": 100}}],
+     "row 2 (x): repeats the name of row 1"),
+    # A null where the column takes none: full_clean skips a blank-able field, and the INSERT raised (a 500).
+    ([{"model": "webui.gputype", "fields": {"name": "x", "peak_tflops": 100, "memory_gib": 80,
+                                             "memory_gbytes_per_s": 100, "source": None}}],
+     "row 1 (x): source: must not be null"),
 ])
 def test_import_rejects_bad_rows_with_a_message(rows, expected):
     with pytest.raises(ValidationError) as info:
