@@ -30,11 +30,17 @@ def _float(text: str) -> float:
     return overflow
 
 
+def _int(text: str) -> int | float:
+    """A JSON integer; one of more digits than any double's integer part (309) is an Overflow as 1e400 is.
+    Python refuses to read an integer of more than 4,300 digits, with a message about its own settings."""
+    return _float(text) if len(text.lstrip("-")) > 309 else int(text)
+
+
 def loads(text: str | bytes) -> Any:
     """json.loads, raising ValueError (never RecursionError) for text nested deeper than MAX_DEPTH. A number
     too large for a double is an Overflow, not the inf that Infinity also decodes to."""
     try:
-        data = json.loads(text, parse_float=_float)
+        data = json.loads(text, parse_float=_float, parse_int=_int)
     except RecursionError:
         raise ValueError(f"nested more than {MAX_DEPTH} levels deep") from None
     if _depth_exceeds(data, MAX_DEPTH):

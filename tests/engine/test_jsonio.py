@@ -24,7 +24,10 @@ def test_deeper_nesting_is_bad_input(text):
 
 @pytest.mark.parametrize("literal, message", [
     ("1e400", "must be at most 16777216"), ("-1E+400", "must be at least 1"), ("1.5e999", "must be at most 16777216"),
-    ("Infinity", "must be a number, not Infinity"), ("NaN", "must be a number, not NaN")])
+    ("Infinity", "must be a number, not Infinity"), ("NaN", "must be a number, not NaN"),
+    # An integer of 5,000 digits was "Exceeds the limit (4300 digits) for integer string conversion ... use
+    # sys.set_int_max_str_digits()" from Python's decoder.
+    ("9" * 5000, "must be at most 16777216"), ("-" + "9" * 400, "must be at least 1")])
 def test_a_number_past_a_double_is_past_the_bound_as_the_same_text_is(gpt3_doc, literal, message):
     # JSON's 1e400 decodes to inf, as the non-standard Infinity does: it was "not a number, Infinity", where the
     # text "1e400" (a query string, a form box) is "must be at most ...". A number written out is a number.
@@ -32,6 +35,11 @@ def test_a_number_past_a_double_is_past_the_bound_as_the_same_text_is(gpt3_doc, 
     with pytest.raises(SpecError) as err:
         parse_spec(jsonio.loads(text))
     assert err.value.as_dict()["training.global_batch"][0].startswith(message)
+
+
+def test_integers_a_double_holds_stay_integers():
+    assert jsonio.loads("[12, -3, " + "9" * 309 + "]") == [12, -3, int("9" * 309)]
+    assert isinstance(jsonio.loads("9" * 310), jsonio.Overflow)
 
 
 def test_an_overflowing_number_where_text_belongs_is_a_number(gpt3_doc):
