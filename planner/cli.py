@@ -189,7 +189,8 @@ def print_table(answer: dict[str, Any], out: TextIO) -> None:
     out.write(f"{m['name']}: {answer['model']['params'] / 1e9:.1f}B parameters, {c['num_gpus']:,} x {c['gpu']['name']}"
               f" ({c['node']['name']}, {c['fabric']['name']})"
               f"{'' if stack == 'generic' else f', training stack {stack}'}\n")
-    out.write(f"searched {answer['searched']:,} layouts, {answer['feasible']:,} feasible, "
+    out.write(f"searched {answer['searched']:,} layout{'' if answer['searched'] == 1 else 's'}, "
+              f"{answer['feasible']:,} feasible, "
               f"in {answer['elapsed_s']:.2f} s\n\n")
     if answer["plans"]:
         out.write(f"best: {answer['plans'][0]['description']}\n")

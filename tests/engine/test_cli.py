@@ -53,6 +53,14 @@ def test_the_table_keeps_its_columns_under_long_labels_and_groups_digits():
     assert re.search(r"^ +\d{1,3},\d{3}  zero_with_pipeline: e\.g\. ", out.stdout, re.M)
 
 
+def test_the_table_counts_one_layout_in_the_singular(tmp_path):
+    doc = json.loads((EXAMPLES / "llama3-70b-h100-512-pinned.json").read_text())
+    doc["layout"] = {"tp": 16}  # past the 8-GPU NVLink domain: one layout, rejected
+    (tmp_path / "one.json").write_text(json.dumps(doc))
+    out = run("plan", str(tmp_path / "one.json"), "--format", "table")
+    assert out.stdout.splitlines()[1].startswith("searched 1 layout, 0 feasible"), out.stdout
+
+
 def test_the_table_marks_the_layouts_the_model_cannot_tell_from_the_best():
     out = run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), "--format", "table", "--top", "3")
     answer = json.loads(run("plan", str(EXAMPLES / "gpt3-175b-a100-1024.json"), "--top", "3").stdout)

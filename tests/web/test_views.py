@@ -186,6 +186,19 @@ def test_an_infeasible_request_is_an_answer_with_reasons(client, seeded):
     assert plan.result["plans"] == [] and next(iter(plan.result["rejected"])) == "moe_tp_needs_sp"
     page = client.get(plan.get_absolute_url()).content.decode()
     assert "What usually helps: sequence parallelism on (an MoE model with TP &gt; 1 needs it), or TP 1." in page
+    # A TP past the NVLink domain is one layout, rejected: "1 layouts and every one was rejected".
+    doc.update(model="Llama 3 70B", layout={"tp": 16})
+    doc["cluster"].update(num_gpus=512, gpu="H100 SXM5 80GB", node="DGX H100")
+    plan = services.plan_run(plan_id=make_plan(doc).pk)
+    assert plan.result["searched"] == 1
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert "The planner considered 1 layout and it was rejected" in page and "1 layout considered, 0 feasible" in page
+
+
+def test_one_token_to_train_is_one_token(client, small_spec, seeded):
+    small_spec["training"]["tokens"] = 1
+    page = client.get(services.plan_run(plan_id=make_plan(small_spec).pk).get_absolute_url()).content.decode()
+    assert "Time to train and GPU-hours are for 1 token." in page
 
 
 def test_the_form_can_start_from_a_saved_plan(client, small_spec, seeded):
