@@ -158,7 +158,7 @@ def test_custom_hardware_starts_from_the_chosen_row_after_an_error_and_after_bac
     page.goto(web.url + "/")
     page.select_option("select[name=gpu]", "B200")
     page.fill("input[name=num_gpus]", "7")
-    page.click("#submit-plan")  # a message beside num_gpus; the hidden GPU fields were never posted
+    page.click("#submit-plan")  # a message beside num_gpus
     assert "must be a positive multiple" in page.locator("[data-field=num_gpus] .error").inner_text()
     page.select_option("select[name=gpu]", "custom")
     assert float(page.input_value("input[name=gpu__peak_tflops]")) == b200["peak_tflops"]  # was empty
@@ -175,6 +175,17 @@ def test_custom_hardware_starts_from_the_chosen_row_after_an_error_and_after_bac
     assert page.input_value("input[name=training__global_batch]") == "256"
     page.select_option("select[name=gpu]", "custom")
     assert float(page.input_value("input[name=gpu__peak_tflops]")) == b200["peak_tflops"]  # was H100's 989
+    # A custom GPU's typed values come back after Back too: disabled while hidden, they were not restored, and
+    # the fields showed the catalog row's values under a dropdown restored to "custom".
+    page.fill("input[name=gpu__name]", "My GPU")
+    page.fill("input[name=gpu__memory_gib]", "100")
+    page.click("#submit-plan")
+    page.wait_for_url("**/plans/**")
+    assert "My GPU" in page.inner_text("h1")
+    page.go_back()
+    assert page.input_value("select[name=gpu]") == "custom" and page.is_visible("input[name=gpu__name]")
+    assert page.input_value("input[name=gpu__name]") == "My GPU"
+    assert page.input_value("input[name=gpu__memory_gib]") == "100"
 
 
 def test_every_help_text_on_the_form_stays_inside_its_field(web, seeded, browser):

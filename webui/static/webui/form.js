@@ -29,11 +29,11 @@
     var prefix = section === "model" ? "model" : name;
     var custom = select.closest("fieldset").querySelector(".custom-fields");
 
+    // Hidden, not disabled: the server reads a hardware section's fields only under "custom", and a browser
+    // going Back restores the values of enabled fields only. Disabled while hidden, a custom GPU's typed values
+    // came back as the catalog row's that this script had filled in, under a dropdown restored to "custom".
     function showCustom() {
-      if (!custom) return;
-      var on = select.value === CUSTOM;
-      custom.hidden = !on;
-      custom.querySelectorAll("input, select").forEach(function (el) { el.disabled = !on; });
+      if (custom) custom.hidden = select.value !== CUSTOM;
     }
 
     select.addEventListener("change", function () {
@@ -52,9 +52,8 @@
         showCustom();
       });
     });
-    // The fields below a catalog choice hold that row's values, so that "custom" starts from them: after a
-    // validation error the hidden (disabled, so never posted) fields come back empty, and after Back the browser
-    // restores the dropdown (once this script has run: hence pageshow) but not the hidden fields it filled.
+    // The fields below a catalog choice hold that row's values, so that "custom" starts from them, and after
+    // Back the browser restores the dropdown and the fields once this script has run (hence pageshow).
     // Editing a field switches to "custom", so a catalog choice never stands beside edited fields.
     function follow() {
       var chosen = catalog[section][select.value];
