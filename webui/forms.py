@@ -153,6 +153,23 @@ GONE_FROM_CATALOG = {"invalid_choice": "“%(value)s” is no longer in the cata
                                        "was opened): choose a row again, or “custom”"}
 
 
+def show_gone_choices(form: forms.Form, names: tuple[str, ...]) -> None:
+    """A catalog row deleted or renamed since the page was opened stays chosen in its dropdown, marked, and is
+    refused again if posted as it is (GONE_FROM_CATALOG). Unlisted, the browser showed the plan form's first row
+    instead, with its values below, and posting the page unchanged planned on that other hardware; a sweep's list
+    dropped it without a word."""
+    if not form.is_bound:
+        return
+    for name in names:
+        field = form.fields[name]
+        listed = {value for value, _ in field.choices}
+        posted = form.data.getlist(name) if hasattr(form.data, "getlist") else form.data.get(name)
+        posted = posted if isinstance(posted, list) else [posted]
+        gone = [v for v in dict.fromkeys(posted) if isinstance(v, str) and v and v not in listed]
+        if gone:  # the widget's list only: the field's own choices still refuse them
+            field.widget.choices = [(v, f"{v} (no longer in the catalog)") for v in gone] + list(field.choices)
+
+
 class PlanForm(forms.Form):
     def __init__(self, *args: Any, catalog: Catalog, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -182,6 +199,7 @@ class PlanForm(forms.Form):
                 error_messages=GONE_FROM_CATALOG, help_text="From the hardware catalog, or custom values.")
             self._add_section(SECTION_OF[hw])
         self._add_section("layout", searchable=True)
+        show_gone_choices(self, ("model_preset", "gpu", "node", "fabric"))
 
     def _choices(self, section: str, custom_label: str) -> list[tuple[str, str]]:
         return [(name, name) for name in sorted(self.catalog.get(section, {}))] + [(CUSTOM, custom_label)]

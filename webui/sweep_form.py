@@ -14,7 +14,7 @@ from planner.catalog import Catalog
 from planner.spec import PRECISIONS
 from planner.stacks import FRAMEWORKS, GENERIC
 
-from .forms import catalog_choice
+from .forms import catalog_choice, show_gone_choices
 
 DEFAULTS = {"model": "Llama 3 70B", "gpus": ["H100 SXM5 80GB"], "nodes": ["DGX H100"],
             "fabrics": ["NDR InfiniBand fat tree", "RoCEv2 400 GbE (Llama 3 style)"],
@@ -43,6 +43,11 @@ def sweep_initial(catalog: Catalog) -> dict[str, Any]:
     return initial
 
 
+# A catalog row deleted or renamed in the admin while the form was open (forms.GONE_FROM_CATALOG; no "custom" here).
+GONE_FROM_SWEEP_CATALOG = {"invalid_choice": "“%(value)s” is no longer in the catalog (deleted or renamed since this "
+                                             "page was opened): choose again"}
+
+
 class SweepForm(forms.Form):
     model = forms.ChoiceField(label="Model", help_text="A preset from the catalog.")
     gpus = forms.MultipleChoiceField(label="GPU types", help_text="Choose one or more (Ctrl/Cmd-click).")
@@ -69,6 +74,8 @@ class SweepForm(forms.Form):
         super().__init__(*args, **kwargs)
         for name, section in (("model", "model"), ("gpus", "gpu"), ("nodes", "node"), ("fabrics", "fabric")):
             self.fields[name].choices = [(n, n) for n in sorted(catalog.get(section, {}))]
+            self.fields[name].error_messages |= GONE_FROM_SWEEP_CATALOG
+        show_gone_choices(self, ("model", "gpus", "nodes", "fabrics"))
         self.fields["gpus"].widget.attrs["size"] = 8
         self.fields["fabrics"].widget.attrs["size"] = 8
         self.payload: dict[str, Any] | None = None

@@ -356,6 +356,13 @@ def test_a_catalog_row_deleted_while_the_form_was_open_is_said_so(catalog):
     assert not form.is_valid()
     assert form.errors["gpu"] == ["“H800 SXM5 80GB (gone)” is no longer in the catalog (deleted or renamed since "
                                   "this page was opened): choose a row again, or “custom”"]
+    # The dropdown still shows it, marked: unlisted, the browser showed the first row (an 8-GPU PCIe server) with
+    # that row's values below, and posting the page again planned on it.
+    rendered = str(form["gpu"])
+    assert re.search(r'<option value="H800 SXM5 80GB \(gone\)" selected>H800 SXM5 80GB \(gone\) \(no longer in the '
+                     r'catalog\)</option>', rendered), rendered
+    assert rendered.count("selected") == 1
+    assert not PlanForm(post_data(catalog, gpu="H800 SXM5 80GB (gone)"), catalog=catalog).is_valid()  # again
 
 
 def test_a_preset_set_to_its_own_values_keeps_its_name(catalog):

@@ -193,6 +193,14 @@ def test_the_sweep_form_makes_a_sweep_and_puts_errors_beside_their_fields(client
     assert "must be a number" in errors["deadline_days"][0]
     assert 'data-field="num_gpus"' in response.content.decode()
     assert Sweep.objects.count() == 1
+    # A fabric renamed in the admin while the page was open is said so and stays chosen, marked; it was dropped
+    # from the list ("Select a valid choice"), and the page posted again swept the other fabric alone.
+    response = client.post("/sweeps/new/", {**fields, "fabrics": ["NDR InfiniBand fat tree", "Old fabric"]})
+    assert response.context["form"].errors["fabrics"] == [
+        "“Old fabric” is no longer in the catalog (deleted or renamed since this page was opened): choose again"]
+    page = response.content.decode()
+    assert '<option value="Old fabric" selected>Old fabric (no longer in the catalog)</option>' in page
+    assert '<option value="NDR InfiniBand fat tree" selected>' in page and Sweep.objects.count() == 1
     # A bad base field is said once, beside its own field, whatever the axes.
     response = client.post("/sweeps/new/", {**fields, "global_batch": "abc", "precisions": ["bf16", "fp8"]})
     errors = response.context["form"].errors
