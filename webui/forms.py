@@ -261,6 +261,11 @@ class PlanForm(forms.Form):
             self.spec = services.spec_parse(data=data, catalog=self.catalog)
         except SpecError as err:
             for e in err.errors:
+                if e.field == "model" and any(o.field.startswith("model.") for o in err.errors):
+                    # The engine's word to an API caller whose inline model carries a preset's name ("takes
+                    # nothing from the preset ..., or name the preset"): here every model field is on the page,
+                    # and each missing one says "is required" beside itself.
+                    continue
                 target, own = self._field_for(e.field)
                 # Next to its own field the message needs no name; elsewhere it says which field it means.
                 self.add_error(target, e.message if own else str(e))

@@ -140,6 +140,14 @@ def test_bad_values_get_the_field_named_rule(catalog, field, value, message):
     assert any(message in e for e in form.errors[field]), form.errors
 
 
+def test_a_blank_model_field_under_a_presets_name_is_said_beside_the_field_alone(catalog):
+    # The API's "an inline model takes nothing from the preset 'Llama 3 70B' of its name: ... or name the preset
+    # ("model": "Llama 3 70B")" stood at the top of the form, in JSON words, repeating "is required".
+    form = PlanForm(post_data(catalog, model_preset=CUSTOM, model__layers=""), catalog=catalog)
+    assert not form.is_valid()
+    assert form.errors == {"model__layers": ["is required"]}
+
+
 def test_fp8_on_a_gpu_without_it_is_explained_on_the_precision_field(catalog):
     form = PlanForm(post_data(catalog, gpu="A100 SXM4 80GB", training__precision="fp8"), catalog=catalog)
     assert not form.is_valid()
