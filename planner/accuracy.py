@@ -14,9 +14,11 @@ import json
 import statistics
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from . import stacks
+from .catalog import load_catalog
+from .spec import SECTIONS, fmt_number, section_as_read, unmodified_name
 
 PLANNER_DIR = Path(__file__).resolve().parent
 ROOT = PLANNER_DIR.parent
@@ -102,19 +104,65 @@ def is_stale(snapshot: dict[str, Any]) -> bool:
     return (snapshot.get("engine") or {}).get("fingerprint") != fingerprint()
 
 
-def for_gpu(gpu_name: str, prec: str, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
+# GPU fields a layout's step time does not depend on: a GPU that differs from a catalog row in these alone is
+# still the row the published runs checked (capacity decides which layouts fit, not how fast one runs).
+TIME_FREE_GPU_FIELDS = ("name", "memory_gib")
+
+
+def catalog_gpu(gpu: Mapping[str, Any]) -> tuple[str | None, dict[str, tuple[Any, Any]]]:
+    """Which GPU of the shipped catalog (fixtures/, with whose figures the published runs were costed) `gpu` (spec
+    fields) is: (its name, {}) when `gpu` has a row's figures, whatever its own name; else (the row it carries the
+    name of, or was made from as "NAME (modified)", {field: (this GPU's value, the row's)} where they differ); else
+    (None, {}). An admin's edit or a renamed row reads as the figures it holds, not as the name it has."""
+    rows = _shipped_gpus()
+    fields = [f.name for f in SECTIONS["cluster.gpu"] if f.name != "name"]
+    own = str(gpu.get("name") or "")
+    named = own if own in rows else unmodified_name(own)
+    # Its own row first: the H800's figures are the H100's (they differ in NVLink, a node's field).
+    for name in ([named] if named in rows else []) + list(rows):
+        if all(gpu.get(k) == rows[name].get(k) for k in fields):
+            return name, {}
+    if named not in rows:
+        return None, {}
+    return named, {k: (gpu.get(k), rows[named].get(k)) for k in fields if gpu.get(k) != rows[named].get(k)}
+
+
+@lru_cache(maxsize=1)
+def _shipped_gpus() -> dict[str, dict[str, Any]]:
+    return {name: section_as_read("cluster.gpu", row) for name, row in load_catalog()["gpu"].items()}
+
+
+def for_gpu(gpu_name: str, prec: str, snapshot: dict[str, Any] | None = None,
+            gpu: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The measured error on published runs of the same GPU generation and precision, with a sentence saying it:
-    "±7%: median over 23 published H100 BF16 runs", or that no comparable published runs exist."""
+    "±7%: median over 23 published H100 BF16 runs", or that no comparable published runs exist. Given the GPU's
+    figures (`gpu`, spec fields), the generation is the catalog row's whose figures it has (catalog_gpu): a GPU
+    whose figures that move the step time differ from its row's (an admin's edit, a custom GPU) has none."""
     snapshot = snapshot if snapshot is not None else load_snapshot()
-    gen = generation(gpu_name)
+    differs: dict[str, tuple[Any, Any]] = {}
+    row = None
+    if gpu is not None:
+        row, differs = catalog_gpu(gpu)
+        gpu_name = row or gpu_name
+    gen = generation(gpu_name) if gpu is None or row is not None else None
     who = f"{gen or gpu_name} {prec.upper()}"
     out: dict[str, Any] = {"generation": gen, "precision": prec, "runs": 0, "median_abs_err": None,
                            "max_abs_err": None, "not_modelled": 0}
     if snapshot is None:
         return {**out, "statement": "Not validated: this installation has no validation snapshot "
                                     "(make validation writes planner/data/validation.json)."}
-    figures = (snapshot.get("by_generation_precision") or {}).get(cohort(gen, prec)) if gen else None
     out["measured_with"] = {**(snapshot.get("engine") or {}), "stale": is_stale(snapshot)}
+    timed = {k: v for k, v in differs.items() if k not in TIME_FREE_GPU_FIELDS}
+    if timed:
+        out["generation"] = None
+        out["statement"] = (f"No comparable published runs: the model was checked with the catalog's figures for "
+                            f"{row}, and this GPU's differ ({_differences(timed)}).")
+        return out
+    if gpu is not None and row is None:
+        out["statement"] = ("No comparable published runs: the model was checked with the shipped catalog's GPU "
+                            "figures, and this GPU's match none of them.")
+        return out
+    figures = (snapshot.get("by_generation_precision") or {}).get(cohort(gen, prec)) if gen else None
     if not figures or not figures.get("modelled"):
         where = f"{who} runs" if gen else f"runs on a GPU like {gpu_name!r} (no known generation in its name)"
         out["statement"] = f"No comparable published runs: the model has not been checked against {where}."
@@ -131,9 +179,20 @@ def for_gpu(gpu_name: str, prec: str, snapshot: dict[str, Any] | None = None) ->
         text += f"; {more} more such run{'s' if more != 1 else ''} could not be modelled"
     if out["measured_with"]["stale"]:
         text += "; measured with an earlier build of the engine"
+    if differs:
+        text += f"; this GPU differs from the catalog's {row} only in {_differences(differs)}, which a layout's " \
+                f"step time does not depend on"
     out["statement"] = text + "."
     out["ranking"] = ranking(snapshot, figures["median_abs_err"])
     return out
+
+
+def _differences(differs: dict[str, tuple[Any, Any]]) -> str:
+    return ", ".join(f"{k} {_shown(mine)}, not {_shown(theirs)}" for k, (mine, theirs) in differs.items())
+
+
+def _shown(value: Any) -> str:
+    return "empty" if value is None else fmt_number(value) if isinstance(value, float) else str(value)
 
 
 def for_stack(name: str, snapshot: dict[str, Any] | None = None) -> dict[str, Any] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import time
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -51,7 +52,7 @@ def plan(spec: PlanSpec, top: int = TOP.default) -> dict[str, Any]:
         "engine": {"version": C.ENGINE_VERSION,
                    "constants": {**C.as_dict(), **collectives_constants()}},
         # How far to trust the step times: the measured error on comparable published runs (planner/accuracy.py).
-        "accuracy": accuracy.for_gpu(spec.cluster.gpu.name, spec.training.precision),
+        "accuracy": accuracy.for_gpu(spec.cluster.gpu.name, spec.training.precision, gpu=asdict(spec.cluster.gpu)),
     }
     # ... and on the published runs of the training stack the request names, if any.
     if (stack := accuracy.for_stack(spec.training.framework)) is not None:

@@ -800,9 +800,15 @@ def _rename_if_changed(section: dict[str, Any], named: tuple[str, Mapping[str, A
         return
     name, row = named
     # the row as the engine reads it (8 == 8.0, derived fields filled in), so a section written out in full matches
-    stored = _derived(path, _section(row, path, spec_fields, _Collector()) or {})
+    stored = section_as_read(path, row)
     same = all(section.get(f.name) == stored.get(f.name) for f in spec_fields if f.name != "name")
     section["name"] = name if same else modified_name(name)
+
+
+def section_as_read(path: str, row: Mapping[str, Any]) -> dict[str, Any]:
+    """A catalog row of section `path` as the engine reads it: values coerced (8 == 8.0), defaults and derived
+    fields filled in; a value the field tables refuse is left out."""
+    return _derived(path, _section(row, path, SECTIONS[path], _Collector()) or {})
 
 
 def _derived(path: str, section: dict[str, Any]) -> dict[str, Any]:

@@ -488,7 +488,8 @@ def plan_accuracy(*, plan: Plan) -> dict[str, Any] | None:
     cluster, training = (s if isinstance(s, dict) else {} for s in (spec.get("cluster"), spec.get("training")))
     gpu = cluster.get("gpu")
     name = gpu.get("name") if isinstance(gpu, dict) else gpu
-    return accuracy.for_gpu(str(name or ""), str(training.get("precision") or "bf16"))
+    return accuracy.for_gpu(str(name or ""), str(training.get("precision") or "bf16"),
+                            gpu=gpu if isinstance(gpu, dict) else None)
 
 
 def plan_ties(*, plan: Plan, stated: dict[str, Any] | None) -> list[int]:

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from planner import accuracy, parse_spec, plan
+from planner.catalog import load_catalog
 from planner.holdout import is_holdout
 from planner.published import load_overlays, load_rows, row_to_spec_doc
+from planner.spec import section_as_read
 from planner.validation import DEFAULT_CONFIGS, DEFAULT_RUNS, validate
 
 from .conftest import DATA, example
@@ -197,6 +199,30 @@ def test_a_plan_quotes_the_error_on_runs_of_its_gpu_generation_and_precision(sma
     assert "B200 FP8" in none["statement"]
 
 
+def test_a_gpu_is_the_catalog_row_whose_figures_it_has_not_the_name_it_has(small):
+    """The published runs were costed with the shipped catalog's figures: a GPU is judged by the figures it holds.
+    An admin's A100 with another peak, or a 500 TFLOP/s row renamed "H100  SXM5 80GB", was quoted the A100's or
+    the H100's error by its name."""
+    a100 = section_as_read("cluster.gpu", load_catalog()["gpu"]["A100 SXM4 80GB"])
+    assert accuracy.catalog_gpu(a100) == ("A100 SXM4 80GB", {})
+    assert accuracy.catalog_gpu({**a100, "name": "Lab A100"}) == ("A100 SXM4 80GB", {})  # renamed, same figures
+    h800 = section_as_read("cluster.gpu", load_catalog()["gpu"]["H800 SXM5 80GB"])
+    assert accuracy.catalog_gpu(h800)[0] == "H800 SXM5 80GB"  # its own row, though the H100's figures are alike
+    faster = {**a100, "name": "A100 SXM4 80GB (modified)", "peak_tflops": 500.0}
+    assert accuracy.catalog_gpu(faster) == ("A100 SXM4 80GB", {"peak_tflops": (500.0, 312.0)})
+    found = accuracy.for_gpu("A100 SXM4 80GB (modified)", "fp16", small, gpu=faster)
+    assert found["runs"] == 0 and "ranking" not in found and found["statement"] == (
+        "No comparable published runs: the model was checked with the catalog's figures for A100 SXM4 80GB, and "
+        "this GPU's differ (peak_tflops 500, not 312).")
+    renamed = accuracy.for_gpu("H100  SXM5 80GB", "fp16", small, gpu={**faster, "name": "H100  SXM5 80GB"})
+    assert renamed["runs"] == 0 and "match none of them" in renamed["statement"]
+    # Capacity alone does not move a layout's step time: the row's error stands, and the difference is said.
+    bigger = accuracy.for_gpu("A100 SXM4 80GB", "fp16", small, gpu={**a100, "memory_gib": 192.0})
+    assert bigger["runs"] == 2 and bigger["statement"].endswith(
+        "; this GPU differs from the catalog's A100 SXM4 80GB only in memory_gib 192, not 80, which a layout's "
+        "step time does not depend on.")
+
+
 def test_one_run_is_said_as_one_run(small):
     one = dict(small, by_generation_precision={
         "GB200 bf16": {"modelled": 1, "measured": 2, "median_abs_err": 0.031, "max_abs_err": 0.031}})
@@ -266,13 +292,17 @@ def test_a_plan_states_how_far_to_trust_its_order(small):
     assert "ranking" not in accuracy.for_gpu("B200", "fp8", small)  # no comparable runs: no error to tie within
 
 
-def test_every_answer_states_how_far_to_trust_its_step_time():
-    answer = plan(parse_spec(example("llama3-70b-h100-512-pinned")), top=1)
+def test_every_answer_states_how_far_to_trust_its_step_time(catalog):
+    answer = plan(parse_spec(example("llama3-70b-h100-512-pinned"), catalog), top=1)
     stated = answer["accuracy"]
     assert (stated["generation"], stated["precision"]) == ("H100", "bf16")
     snapshot = accuracy.load_snapshot()
     assert stated["runs"] == snapshot["by_generation_precision"]["H100 bf16"]["modelled"] > 0
     assert "published H100 BF16 runs" in stated["statement"]
+    # Without the catalog, its inline "H100 SXM5 80GB" takes the engine's default efficiencies and clock, not the
+    # catalog's with which the published runs were costed: no error of theirs is its own.
+    bare = plan(parse_spec(example("llama3-70b-h100-512-pinned")), top=1)["accuracy"]
+    assert bare["runs"] == 0 and "gemm_efficiency 0.8, not 0.803" in bare["statement"]
 
 
 def test_the_stored_validation_is_measured_with_this_engine(catalog):

@@ -9,8 +9,9 @@ import statistics
 import pytest
 
 from planner import accuracy
+from planner.catalog import load_catalog
 from webui import services
-from webui.models import Plan
+from webui.models import GPUType, Plan
 from webui.charts import PALETTE
 from webui.templatetags.planner_format import percent
 from webui.validation_charts import predicted_vs_measured, validation_figures
@@ -184,6 +185,24 @@ def test_a_custom_gpu_plan_says_no_comparable_runs_exist(client, small_spec, see
     assert plan.status == "done", plan.error
     page = client.get(plan.get_absolute_url()).content.decode()
     assert "No comparable published runs" in page
+
+
+def test_a_gpu_edited_in_the_admin_is_judged_by_its_figures(client, small_spec, seeded):
+    # The admin's H100 with another GEMM efficiency kept the H100's "±4% ... published H100 BF16 runs" by its name.
+    GPUType.objects.filter(name="H100 SXM5 80GB").update(gemm_efficiency=0.5)
+    plan = services.plan_run(plan_id=make_plan(small_spec).pk)
+    page = client.get(plan.get_absolute_url()).content.decode()
+    assert ("No comparable published runs: the model was checked with the catalog&#x27;s figures for H100 SXM5 "
+            "80GB, and this GPU&#x27;s differ (gemm_efficiency 0.5, not 0.") in page
+    assert "published H100 BF16 runs" not in page
+    # Its memory alone: the error stands, and the page says what differs.
+    shipped = load_catalog()["gpu"]["H100 SXM5 80GB"]["gemm_efficiency"]
+    GPUType.objects.filter(name="H100 SXM5 80GB").update(gemm_efficiency=shipped, memory_gib=192)
+    plan = services.plan_run(plan_id=make_plan(small_spec).pk)
+    stated = plan.result["accuracy"]["statement"]
+    assert "published H100 BF16 runs" in stated and stated.endswith(
+        "this GPU differs from the catalog's H100 SXM5 80GB only in memory_gib 192, not 80, which a layout's step "
+        "time does not depend on.")
 
 
 def test_the_page_gives_each_training_stacks_error_as_its_plans_state_it(client):
