@@ -231,8 +231,11 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
         title += f" ({shown:,} of {total:,} GPUs shown: {_shown_part(result, cells, total)})"
     title += ("<br><span style='font-size:12px'>GPUs by node; NVLink domains outlined; colour = pipeline stage; "
               "label = rank in its TP group and DP replica</span>")
+    # Tall enough for the colour bar's stage labels too (16 px each): a map of two 72-GPU nodes in nine stages
+    # was 60 px high, and its labels 0-8 printed over each other.
+    plot_px = max(30 * len(nodes), 16 * min(stages, 32))
     return {"data": data, "layout": _layout(
-        title, height=min(2000, 140 + 30 * len(nodes)), shapes=shapes,
+        title, height=min(2000, 140 + plot_px), shapes=shapes,
         xaxis={"title": {"text": "GPU slot in node"}, "dtick": 1},
         yaxis={"autorange": "reversed", "type": "category", "automargin": True})}
 

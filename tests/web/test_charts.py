@@ -95,6 +95,18 @@ def test_the_placement_map_has_one_row_per_node_and_outlines_each_nvlink_domain(
         (-0.5, 0.5, -0.5, 7.5), (0.5, 1.5, -0.5, 7.5)]
 
 
+def test_a_map_of_few_nodes_in_many_stages_is_tall_enough_for_the_stage_labels():
+    # Two 72-GPU nodes in nine pipeline stages: 200 px high, its colour bar's labels 0-8 printed over each other.
+    answer = copy.deepcopy(ANSWER)
+    answer["placement_map"] = {"gpus_per_node": 72, "cells": [
+        {"gpu": g, "node": g // 72, "domain": 0, "tp": g % 8, "dp": 0, "pp": g // 16} for g in range(144)]}
+    fig = charts.placement_map(answer)
+    assert fig["data"][0]["colorbar"]["tickvals"] == list(range(9))
+    plot = fig["layout"]["height"] - 140
+    assert plot >= 16 * 9 and len(fig["data"][0]["z"]) == 2
+    assert charts.placement_map(ANSWER)["layout"]["height"] == 140 + 60  # two nodes in two stages: as before
+
+
 def test_with_context_parallelism_each_gpu_is_labelled_with_its_cp_rank():
     answer = copy.deepcopy(ANSWER)
     for c in answer["placement_map"]["cells"]:  # TP 4 x CP 2 in each node: TP and DP alone repeat
