@@ -11,6 +11,8 @@ import math
 from collections import Counter
 from typing import Any
 
+from planner.placement import FABRIC_NAMES
+
 Figure = dict[str, Any]
 
 TIME_PARTS = ("compute", "bubble", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "offload", "optimizer")
@@ -20,6 +22,12 @@ TIME_LABELS = {"compute": "compute", "bubble": "pipeline bubble", "tp_comm": "TP
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
 FABRIC_COLOURS = {"nvlink": "#76b900", "infiniband": "#1f5fa8", "roce": "#8e44ad", "ethernet": "#b35900",
                   "efa": "#d35400", "pcie": "#7f8c8d"}
+# A collective's fabrics (time_by_fabric_s keys: the fabric kinds, NVLink and PCIe) as the pages name them.
+FABRIC_LABELS = {"nvlink": "NVLink", "pcie": "PCIe", **FABRIC_NAMES}
+
+
+def fabric_label(kind: str) -> str:
+    return FABRIC_LABELS.get(kind, kind)
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6",
            "#9d755d", "#bab0ac")
 MAX_PLANS_CHARTED = 10
@@ -133,10 +141,10 @@ def comm_by_fabric(result: dict[str, Any]) -> Figure | None:
     by_fabric = [c.get("time_by_fabric_s") or {c.get("fabric", "unknown"): c.get("time_s", 0)} for c in comm]
     fabrics = list(dict.fromkeys(k for split in by_fabric for k in split))
     data: list[dict[str, Any]] = [
-        {"type": "bar", "orientation": "h", "name": fabric, "y": names,
+        {"type": "bar", "orientation": "h", "name": fabric_label(fabric), "y": names,
          "x": [split.get(fabric, 0) or 0 for split in by_fabric],
          "marker": {"color": FABRIC_COLOURS.get(fabric, PALETTE[i % len(PALETTE)])},
-         "hovertemplate": "%{y} over " + fabric + ": %{x:.3g} s<extra></extra>"}
+         "hovertemplate": "%{y} over " + fabric_label(fabric) + ": %{x:.3g} s<extra></extra>"}
         for i, fabric in enumerate(fabrics)]
     data.append({"type": "scatter", "mode": "markers", "name": "exposed (not overlapped)", "y": names,
                  "x": [c.get("exposed_s", 0) or 0 for c in comm],

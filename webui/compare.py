@@ -13,8 +13,8 @@ from typing import Any, Callable
 from planner.spec import SECTIONS
 from planner.whatif.goal import SECONDS_PER_DAY
 
-from .charts import (MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, legend_below, memory_breakdown, plotly_text,
-                     step_time_breakdown)
+from .charts import (MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, fabric_label, legend_below, memory_breakdown,
+                     plotly_text, step_time_breakdown)
 from .forms import field_label
 from .models import Plan
 from .templatetags.planner_format import percent
@@ -70,7 +70,7 @@ def compare_sections(*, plans: list[Plan]) -> list[dict[str, Any]]:
         ("Step time breakdown (exposed s per step)",
          [(TIME_LABELS.get(p, p), lambda b, p=p: (b.get("time_s") or {}).get(p)) for p in _time_parts(bests)]),
         ("Communication by fabric (total s per step, overlapped included)",
-         [(f, lambda b, f=f: _comm_by(b, "fabric").get(f)) for f in _keys(bests, "fabric")]),
+         [(fabric_label(f), lambda b, f=f: _comm_by(b, "fabric").get(f)) for f in _keys(bests, "fabric")]),
         ("Communication by collective (total s per step, overlapped included)",
          [(c, lambda b, c=c: _comm_by(b, "collective").get(c)) for c in _keys(bests, "collective")]),
         ("Memory per GPU (GiB)",

@@ -249,8 +249,8 @@ def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded
     assert sections["Request"]["GPUs"] == {"label": "GPUs", "cells": ["64", "128"], "differs": True}
     assert sections["Request"]["model"]["differs"] is False
     assert sections["Best layout"]["dp"]["cells"] == [str(p.result["plans"][0]["layout"]["dp"]) for p in (a, b)]
-    assert "infiniband" in sections["Communication by fabric (total s per step, overlapped included)"] or \
-        "nvlink" in sections["Communication by fabric (total s per step, overlapped included)"]
+    assert "InfiniBand" in sections["Communication by fabric (total s per step, overlapped included)"] or \
+        "NVLink" in sections["Communication by fabric (total s per step, overlapped included)"]
     assert {"weights", "activations", "total"} <= set(sections["Memory per GPU (GiB)"])
     assert "time to train (days)" in sections["Throughput and time to train"]
     # MFU reads as on the plan and sweep pages: a percentage, not a fraction.
