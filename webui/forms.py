@@ -9,6 +9,7 @@ fields from the chosen row and switches to "custom" when someone edits one.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -137,6 +138,16 @@ def _form_field(f: Field, *, searchable: bool) -> forms.Field:
     return forms.CharField(max_length=40, widget=widget, **common)
 
 
+class NumberText(forms.TextInput):
+    """A text box that shows a float as the engine writes numbers (fmt_number): "989" and "1000000000000", not
+    Python's "989.0" and "1000000000000.0" (a saved plan's tokens in "edit a copy")."""
+
+    def format_value(self, value: Any) -> str | None:
+        if isinstance(value, float) and math.isfinite(value):
+            return fmt_number(value)
+        return super().format_value(value)
+
+
 def number_input(whole: bool, lo: float | None, hi: float | None, placeholder: str | None = None) -> forms.TextInput:
     """A text box for a number from `lo` to `hi` (the engine's bounds, said on hover). Not <input type=number>:
     for a half-typed "1e" or "8," that posts nothing, so a pin would silently become "search", an optional field
@@ -145,7 +156,7 @@ def number_input(whole: bool, lo: float | None, hi: float | None, placeholder: s
     attrs = {"inputmode": "numeric" if whole else "decimal"}
     if lo is not None and hi is not None:
         attrs["title"] = f"{'a whole number' if whole else 'a number'} from {fmt_number(lo)} to {fmt_number(hi)}"
-    return forms.TextInput(attrs=attrs | ({"placeholder": placeholder} if placeholder else {}))
+    return NumberText(attrs=attrs | ({"placeholder": placeholder} if placeholder else {}))
 
 
 # A catalog row deleted or renamed in the admin while the form was open: the page shows the rows there are now.

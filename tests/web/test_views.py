@@ -202,9 +202,12 @@ def test_one_token_to_train_is_one_token(client, small_spec, seeded):
 
 
 def test_the_form_can_start_from_a_saved_plan(client, small_spec, seeded):
+    small_spec["training"]["tokens"] = 1e12
     plan = make_plan(small_spec)
     page = client.get(f"/?from={plan.code}").content.decode()
     assert 'value="Llama 3 8B"' in page and 'name="num_gpus" value="64"' in page
+    # Numbers as the engine writes them, not as Python does ("1000000000000.0", "989.0").
+    assert 'name="training__tokens" value="1000000000000"' in page and 'name="gpu__peak_tflops" value="989"' in page
 
 
 @pytest.mark.parametrize("url", ["/plans/00000000-0000-0000-0000-000000000000/", "/plans/not-a-uuid/",
