@@ -153,6 +153,13 @@ def test_the_catalog_command_exports_and_imports(seeded, tmp_path, capsys):
     assert len(json.loads(out.read_text())) == seeded["created"]
     call_command("catalog", "import", str(out))
     assert "0 created, 0 updated" in capsys.readouterr().out
+    # "-" is standard output (a file named "-" was written), and a UTF-16 file reads as the admin's upload does.
+    call_command("catalog", "export", "-")
+    assert len(json.loads(capsys.readouterr().out)) == seeded["created"]
+    utf16 = tmp_path / "utf16.json"
+    utf16.write_bytes(out.read_text().encode("utf-16"))
+    call_command("catalog", "import", str(utf16))
+    assert "0 created, 0 updated" in capsys.readouterr().out
 
 
 def test_the_cli_plans_on_the_catalog_exported_from_the_admin_as_the_api_does(seeded, small_spec, tmp_path):

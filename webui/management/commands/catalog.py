@@ -18,7 +18,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("action", choices=["seed", "export", "import"])
-        parser.add_argument("file", nargs="?", help="JSON file (export: default stdout)")
+        parser.add_argument("file", nargs="?", help="JSON file, - for standard output or input (export: default stdout)")
         parser.add_argument("--keep-existing", action="store_true", help="import: do not overwrite rows by name")
         parser.add_argument("--restore", action="store_true",
                             help="seed: also add back shipped rows that were deleted or renamed here")
@@ -29,11 +29,14 @@ class Command(BaseCommand):
                 self._report(services.catalog_seed(restore=restore))
             elif action == "export":
                 text = json.dumps(services.catalog_export(), indent=1, ensure_ascii=False)
-                Path(file).write_text(text + "\n") if file else sys.stdout.write(text + "\n")
+                # "-" is standard output, as for most tools (it wrote a file named "-").
+                Path(file).write_text(text + "\n") if file and file != "-" else sys.stdout.write(text + "\n")
             else:
                 if not file:
-                    raise CommandError("import needs a FILE")
-                rows = jsonio.loads(Path(file).read_text())
+                    raise CommandError("import needs a FILE (- for standard input)")
+                # Bytes, as the admin's import reads an upload: JSON's UTF-8, UTF-16 or UTF-32, told apart alike.
+                data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+                rows = jsonio.loads(data)
                 self._report(services.catalog_import(rows=rows, update_existing=not keep_existing))
         except (OSError, ValueError) as err:
             raise CommandError(str(err)) from err
