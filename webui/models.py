@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxValueValidator
 from django.db import models
 from django.urls import reverse
 from django.utils import timezone
@@ -137,7 +137,7 @@ class GPUType(CatalogRow):
     sm_count = models.PositiveIntegerField(default=132)
     # Catalog only, not a spec field: the engine never sees it. Sweeps read it for a scenario's cost (goal-seeking).
     price_per_gpu_hour_usd = models.FloatField(
-        null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(10_000)],
+        null=True, blank=True, validators=[MaxValueValidator(10_000)],  # more than 0: row_errors
         verbose_name="price per GPU-hour (USD)",
         help_text="Optional: what one GPU-hour costs you, for sweeps' cost and budget. Say where it comes from "
                   "(and when) in the source notes. Empty: sweeps rank by GPU-hours.")
@@ -156,7 +156,7 @@ class GPUType(CatalogRow):
 
     def row_errors(self) -> dict[str, list[str]]:
         # A price of 0 would make every scenario on this GPU free, and a sweep's cheapest pick a tie.
-        if self.price_per_gpu_hour_usd == 0:
+        if self.price_per_gpu_hour_usd is not None and self.price_per_gpu_hour_usd <= 0:  # -1 said ">= 0" too
             return {"price_per_gpu_hour_usd": ["must be more than 0: leave it empty when you have no price"]}
         return {}
 

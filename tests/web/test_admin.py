@@ -75,6 +75,9 @@ def test_a_price_of_zero_is_refused_and_an_empty_one_is_no_price(staff):
     response = add_gpu(staff, "Free", price_per_gpu_hour_usd="0")
     assert "must be more than 0: leave it empty when you have no price" in response.content.decode()
     assert not GPUType.objects.filter(name="Free").exists()
+    # A negative one is said alike: "greater than or equal to 0" was wrong, as 0 is refused too.
+    page = add_gpu(staff, "Owed", price_per_gpu_hour_usd="-1").content.decode()
+    assert "must be more than 0: leave it empty" in page and "greater than or equal to" not in page
     constants = {"gemm_efficiency": "0.8", "fp8_gemm_efficiency": "0.72", "sustained_clock": "1.0",
                  "hbm_efficiency": "0.85", "kernel_overhead_us": "4", "attention_efficiency": "0.55"}
     assert add_gpu(staff, "Unpriced", price_per_gpu_hour_usd="", **constants).status_code == 302
