@@ -71,6 +71,9 @@ def cost_vs_time(rows: list[dict[str, Any]], goal: dict[str, Any] | None) -> Fig
     data = [{"type": "scatter", "mode": "lines", "name": "Pareto front",
              "x": [r["time_to_train_days"] for r in front], "y": [r[money] for r in front],
              "line": {"color": "#e45756"}, "hoverinfo": "skip"}]
+    if len(front) == 1:  # a line of one point draws nothing: a ring around the one scenario on the front
+        data[0].update(mode="markers", marker={"symbol": "circle-open", "size": 16, "color": "#e45756",
+                                               "line": {"width": 2}})
     groups = ([("meets the goal", "#54a24b", [r for r in done if r.get("meets_goal")]),
                ("misses the goal", "#9aa5b1", [r for r in done if not r.get("meets_goal")])] if goal
               else [("scenarios", "#9aa5b1", done)])

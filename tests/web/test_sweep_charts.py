@@ -47,6 +47,10 @@ def test_gpu_hours_against_time_joins_the_pareto_front_and_marks_the_deadline():
     no_goal = cost_vs_time(priced, None)
     assert "Cost" in no_goal["layout"]["title"]["text"]
     assert [t["name"] for t in no_goal["data"]] == ["Pareto front", "scenarios"]
+    assert no_goal["data"][0]["mode"] == "lines"
+    # A front of one scenario (fastest and cheapest) is a ring around it: a line of one point drew nothing.
+    one = cost_vs_time([dict(ROWS[0], time_to_train_days=5.0, gpu_hours=1.0), *ROWS[1:]], None)["data"][0]
+    assert (one["mode"], one["x"], one["marker"]["symbol"]) == ("markers", [5.0], "circle-open")
 
 
 def test_the_mfu_heatmap_puts_gpu_counts_across_and_fabrics_down():
