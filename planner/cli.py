@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from . import accuracy, jsonio
+from . import accuracy, jsonio, units
 from .catalog import Catalog, catalog_of_rows, load_catalog
 from .errors import SpecError
 from .launch import FRAMEWORKS, launch_config
@@ -146,33 +146,37 @@ def _export(spec, answer: dict[str, Any], framework: str, rank: int) -> str:
 
 
 def _read_spec(path: str) -> Any:
-    """Read and decode the spec file; I/O and JSON problems become SpecErrors naming the file."""
+    """Read and decode the spec file as the API reads a request body (jsonio: the same size bound, encodings and
+    words); I/O and JSON problems become SpecErrors naming the spec."""
     try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+        if path == "-":
+            data = sys.stdin.buffer.read(jsonio.MAX_BYTES + 1)
+        else:
+            with open(path, "rb") as f:
+                data = f.read(jsonio.MAX_BYTES + 1)
     except OSError as exc:
         raise SpecError.one("spec", f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise SpecError.one("spec", f"{path} is not UTF-8 text") from None
-    if len(text) > 1_000_000:
-        raise SpecError.one("spec", "is larger than 1 MB; a plan spec is a few hundred bytes")
+    if len(data) > jsonio.MAX_BYTES:
+        raise SpecError.one("spec", jsonio.TOO_LARGE)
     try:
-        return jsonio.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError.one("spec", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        return jsonio.loads(data)
     except ValueError as exc:
-        raise SpecError.one("spec", f"invalid JSON: {exc}") from None
+        raise SpecError.one("spec", jsonio.error_text(exc)) from None
 
 
 def _read_catalog(path: str) -> Catalog:
-    """A catalog file in fixture format; problems become SpecErrors naming --catalog."""
+    """A catalog file in fixture format, read as `manage.py catalog import` reads one; problems become SpecErrors
+    naming --catalog."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return catalog_of_rows(_rows(jsonio.loads(f.read())), check=True)
+        with open(path, "rb") as f:
+            data = jsonio.loads(f.read())
     except OSError as exc:
         raise SpecError.one("--catalog", f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise SpecError.one("--catalog", f"{path} is not UTF-8 text") from None
-    except ValueError as exc:  # not JSON, or rows not in fixture format
+    except ValueError as exc:
+        raise SpecError.one("--catalog", f"{path} {jsonio.error_text(exc)}") from None
+    try:
+        return catalog_of_rows(_rows(data), check=True)
+    except ValueError as exc:  # rows not in fixture format
         raise SpecError.one("--catalog", f"{path}: {exc}") from None
 
 
@@ -215,8 +219,9 @@ def print_table(answer: dict[str, Any], out: TextIO) -> None:
             out.write("~ within the model's measured error of the best: not reliably slower\n")
         best = answer["plans"][0]
         if best["time_to_train_s"]:
-            out.write(f"\ntime to train {spec['training']['tokens']:.3g} tokens: "
-                      f"{best['time_to_train_s'] / 86400:.1f} days, {best['gpu_hours']:.3g} GPU-hours\n")
+            # As the plan page writes them: "0.0 days" was 49.9 min there, "5.06e+06 GPU-hours" 5,057,890.
+            out.write(f"\ntime to train {units.count(spec['training']['tokens'])} tokens: "
+                      f"{units.duration(best['time_to_train_s'])}, {units.number(best['gpu_hours'])} GPU-hours\n")
     else:
         out.write("no feasible layout\n")
     if answer["rejected"]:

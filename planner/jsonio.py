@@ -11,6 +11,9 @@ import math
 from typing import Any
 
 MAX_DEPTH = 32  # a plan spec nests 3 levels (cluster.gpu.name), a sweep 5 (vary.model: [{...}])
+# The most any door reads: the API's request body (webui.settings.DATA_UPLOAD_MAX_MEMORY_SIZE) and the CLI's file.
+MAX_BYTES = 1024 * 1024
+TOO_LARGE = "is too large (at most 1 MiB)"
 
 
 class Overflow(float):
@@ -38,13 +41,24 @@ def _int(text: str) -> int | float:
 
 def loads(text: str | bytes) -> Any:
     """json.loads, raising ValueError (never RecursionError) for text nested deeper than MAX_DEPTH. A number
-    too large for a double is an Overflow, not the inf that Infinity also decodes to."""
+    too large for a double is an Overflow, not the inf that Infinity also decodes to. Bytes are read as JSON's
+    encodings are told apart (UTF-8, with or without a byte-order mark, UTF-16 or UTF-32), by every door alike;
+    `error_text` says any ValueError in the words every door uses."""
+    if isinstance(text, (bytes, bytearray)):
+        encoding = json.detect_encoding(text)
+        try:
+            text = bytes(text).decode(encoding)
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"is not {encoding.upper().replace('-SIG', '')} text (byte 0x{exc.object[exc.start]:02x} "
+                             f"at position {exc.start:,})") from None
+    if not text.strip():
+        raise ValueError("is empty (a JSON object was expected)")
     try:
         data = json.loads(text, parse_float=_float, parse_int=_int)
     except RecursionError:
-        raise ValueError(f"nested more than {MAX_DEPTH} levels deep") from None
+        raise ValueError(f"is nested more than {MAX_DEPTH} levels deep") from None
     if _depth_exceeds(data, MAX_DEPTH):
-        raise ValueError(f"nested more than {MAX_DEPTH} levels deep")
+        raise ValueError(f"is nested more than {MAX_DEPTH} levels deep")
     return data
 
 
@@ -58,3 +72,12 @@ def _depth_exceeds(data: Any, limit: int) -> bool:
                 return True
             stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
     return False
+
+
+def error_text(exc: ValueError) -> str:
+    """A decoding problem from `loads` as every door words it, after the name of what was read ("spec: ..."):
+    "is not valid JSON: Unterminated string starting at line 1, column 193"."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+    text = str(exc)
+    return text if text.startswith("is ") else f"is not valid JSON: {text}"

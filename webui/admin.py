@@ -76,7 +76,7 @@ class CatalogAdmin(admin.ModelAdmin):
                 rows = jsonio.loads(form.cleaned_data["file"].read())
                 counts = services.catalog_import(rows=rows, update_existing=form.cleaned_data["update_existing"])
             except (ValueError, ValidationError) as err:
-                problems = err.messages if isinstance(err, ValidationError) else [f"not valid JSON: {err}"]
+                problems = err.messages if isinstance(err, ValidationError) else [f"The file {jsonio.error_text(err)}"]
                 form.add_error("file", problems)
             else:
                 messages.success(request, "Imported: {created} created, {updated} updated, "

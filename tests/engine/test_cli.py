@@ -53,6 +53,13 @@ def test_the_table_keeps_its_columns_under_long_labels_and_groups_digits():
     assert re.search(r"^ +\d{1,3},\d{3}  zero_with_pipeline: e\.g\. ", out.stdout, re.M)
 
 
+def test_the_table_writes_time_to_train_as_the_plan_page_does():
+    # "1.5e+13 tokens: 411.6 days, 5.06e+06 GPU-hours"; an hour-long run was "0.0 days".
+    out = run("plan", str(EXAMPLES / "llama3-70b-h100-512-pinned.json"), "--format", "table", "--top", "1")
+    line = next(x for x in out.stdout.splitlines() if x.startswith("time to train"))
+    assert re.fullmatch(r"time to train 15T tokens: \d{3} days, \d,\d{3},\d{3} GPU-hours", line), line
+
+
 def test_the_table_counts_one_layout_in_the_singular(tmp_path):
     doc = json.loads((EXAMPLES / "llama3-70b-h100-512-pinned.json").read_text())
     doc["layout"] = {"tp": 16}  # past the 8-GPU NVLink domain: one layout, rejected
@@ -87,13 +94,14 @@ def test_broken_json_and_missing_files_are_clear(tmp_path):
     broken = tmp_path / "broken.json"
     broken.write_text('{"model": ')
     out = run("plan", str(broken))
-    assert out.returncode == 2 and "invalid JSON at line 1" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "spec: is not valid JSON: Expecting value at line 1, column 11" in out.stderr  # whole, as the API's
     out = run("plan", str(tmp_path / "missing.json"))
     assert out.returncode == 2 and "cannot read" in out.stderr
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 5000 + "]" * 5000)
     out = run("plan", str(deep))
-    assert out.returncode == 2 and "spec: invalid JSON: nested more than 32 levels deep" in out.stderr
+    assert out.returncode == 2 and "spec: is nested more than 32 levels deep" in out.stderr
 
 
 def test_a_number_of_more_digits_than_a_float_holds_is_out_of_bounds(tmp_path):

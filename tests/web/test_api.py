@@ -53,18 +53,23 @@ def test_a_model_preset_by_name_is_the_same_request_as_the_preset_inline(client,
     assert errors["model"][0].startswith("unknown catalog name 'Llama 9' (known: ")
 
 
+SPEC_FOR_PARITY = {"model": "Llama 3 8B", "training": {"global_batch": 64},
+                   "cluster": {"num_gpus": 64, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
+                               "fabric": "NDR InfiniBand fat tree"}}
+
+
 @pytest.mark.parametrize("body,field,message", [
-    (b"", "spec", "must be a JSON object"),
+    (b"", "spec", "is empty (a JSON object was expected)"),  # was "must be a JSON object, not null"
     (b"{not json", "spec", "is not valid JSON"),
-    (b"\xff\xfe", "spec", "is not valid JSON"),
+    (b"\xff\xfe", "spec", "is empty"),  # a UTF-16 byte-order mark and nothing after it
     ("[1, 2]", "spec", "must be a JSON object, not a list"),
     ({"model": {}}, "model.layers", "is required"),
     ({"cluster": {"num_gpus": 8, "gpu": "Imaginary", "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"}},
      "cluster.gpu", "unknown catalog name 'Imaginary'"),
     # More digits than a float holds, and nesting past the decoder's recursion: bad input, not a 500.
     ('{"cluster": {"num_gpus": 1' + "0" * 400 + "}}", "cluster.num_gpus", "must be at most 1048576"),
-    ("[" * 990 + "]" * 990, "spec", "nested more than 32 levels deep"),
-    ('{"model": ' + "[" * 40 + "]" * 40 + "}", "spec", "nested more than 32 levels deep"),
+    ("[" * 990 + "]" * 990, "spec", "is nested more than 32 levels deep"),
+    ('{"model": ' + "[" * 40 + "]" * 40 + "}", "spec", "is nested more than 32 levels deep"),
 ])
 def test_bad_input_is_a_400_naming_the_field(client, seeded, body, field, message):
     response = post(client, body)
@@ -82,6 +87,41 @@ def test_bounds_errors_name_the_field_and_the_limit(client, seeded, small_spec):
     assert errors["model.heads"] == ["must be at least 1 (got 0)"]
     assert errors["cluster.num_gpus"][0].startswith("must be a positive multiple of node.gpus (8)")
     assert set(errors) == {"model.heads", "cluster.num_gpus"}
+
+
+@pytest.mark.parametrize("name, body", [
+    ("bom", b"\xef\xbb\xbf" + json.dumps(SPEC_FOR_PARITY).encode()),
+    ("utf16", json.dumps(SPEC_FOR_PARITY).encode("utf-16")),
+    ("latin1", json.dumps(SPEC_FOR_PARITY).replace("Llama 3 8B", "Llama 3 8B caf\u00e9").encode("latin-1")),
+    ("empty", b"  \n"),
+    ("truncated", b'{"model": "Llama 3 8B", "training": {"global_batch": 64, "precision": "bf'),
+    ("padded", json.dumps(SPEC_FOR_PARITY).encode() + b" " * 1_000_500),
+    ("too-large", json.dumps(SPEC_FOR_PARITY).encode() + b" " * (1024 * 1024)),
+])
+def test_the_cli_reads_a_file_as_the_api_reads_a_body(client, seeded, tmp_path, name, body):
+    # A UTF-8 byte-order mark or UTF-16 was a plan through the API and "invalid JSON" from the CLI; a Latin-1 byte
+    # was three messages (one about a "lone surrogate" on standard input); the CLI's bound was 1,000,000 bytes
+    # against the API's 1 MiB; a truncated file's message stopped mid-phrase.
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    response = client.post("/api/plans", body, content_type="application/json")
+    (tmp_path / "spec.json").write_bytes(body)
+    for args, stdin in (([str(tmp_path / "spec.json")], None), (["-"], body)):
+        out = subprocess.run([sys.executable, "-m", "planner", "plan", *args, "--top", "1"], cwd=ROOT, input=stdin,
+                             capture_output=True)
+        if response.status_code == 201:
+            assert out.returncode == 0, out.stderr
+        else:
+            assert out.returncode == 2 and response.status_code in (400, 413)
+            (message,) = response.json()["errors"]["spec"]
+            assert f"  spec: {message}\n" in out.stderr.decode(), (out.stderr, message)
+    expected = {"bom": 201, "utf16": 201, "padded": 201, "too-large": 413}.get(name, 400)
+    assert response.status_code == expected, response.content
+    if name == "latin1":
+        assert response.json()["errors"]["spec"] == ["is not UTF-8 text (byte 0xe9 at position 25)"]
 
 
 def test_a_body_over_the_limit_is_refused(client, seeded):
@@ -263,6 +303,20 @@ def test_a_top_out_of_range_is_a_400_naming_top(client, seeded, small_spec, top,
     assert not Plan.objects.exists()
     sweep = {"base": small_spec, "vary": {"training.global_batch": [64, 128]}}
     assert client.post(f"/api/sweeps?top={top}", sweep, content_type="application/json").status_code == 400
+
+
+def test_an_unknown_query_parameter_is_a_400_naming_it(client, seeded, small_spec):
+    # "?tpo=3" was ignored and the plan kept 10 layouts, where an unknown key in the body is refused.
+    response = client.post("/api/plans?tpo=3", small_spec, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["errors"] == {"query": ["unknown parameter 'tpo' (known: top)"]}
+    sweep = {"base": small_spec, "vary": {"training.global_batch": [64, 128]}}
+    assert client.post("/api/sweeps?tpo=3", sweep, content_type="application/json").status_code == 400
+    assert not Plan.objects.exists()
+    code = client.post("/api/plans", small_spec, content_type="application/json").json()["code"]
+    assert client.get(f"/api/plans/{code}?rnak=2").json()["errors"] == {
+        "query": ["unknown parameter 'rnak' (known: rank)"]}
+    assert client.get(f"/api/plans/{code}?rank=1").status_code == 200
 
 
 def test_a_top_in_range_keeps_that_many_layouts(client, seeded, small_spec):

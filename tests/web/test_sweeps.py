@@ -85,7 +85,7 @@ def test_a_bad_axis_is_a_400_naming_it_and_nothing_is_saved(client, seeded, vary
     ({"vary": {"cluster.num_gpus": [64]}}, "base", "must be a spec object"),
     ([1], "sweep", "must be a JSON object"),
     (b"{oops", "sweep", "is not valid JSON"),
-    ("[" * 990 + "]" * 990, "sweep", "nested more than 32 levels deep"),
+    ("[" * 990 + "]" * 990, "sweep", "is nested more than 32 levels deep"),
     ({"base": BASE, "vary": {"cluster.num_gpus": [64, 10**400]}}, "vary.cluster.num_gpus", "must be at most"),
     ({"base": BASE, "vary": {"cluster.num_gpus": [64]}, "goal": {"tokens": 10**400, "deadline_days": 30}},
      "goal.tokens", "must be more than 0 and at most 1e+16 tokens"),

@@ -1,4 +1,5 @@
-"""Numbers as capacity planners read them: durations in s/h/days, rates with thousands separators."""
+"""Numbers as capacity planners read them: durations in s/h/days, rates with thousands separators (the engine's
+planner/units.py, which the command line uses too), and the page's own."""
 from __future__ import annotations
 
 from typing import Any
@@ -6,36 +7,14 @@ from typing import Any
 from django import template
 
 from planner.spec import SECTIONS
+from planner.units import count, duration, number
 
 register = template.Library()
 
 
-@register.filter
-def duration(seconds: Any) -> str:
-    """3.2 s, 14.5 min, 6.3 h, 41.2 days, 2.1 years."""
-    try:
-        s = float(seconds)
-    except (TypeError, ValueError):
-        return "–"
-    for limit, unit, scale in ((1, "ms", 1e-3), (120, "s", 1), (7200, "min", 60), (172800, "h", 3600),
-                               (2 * 365 * 86400, "days", 86400)):
-        if s < limit:
-            return f"{s / scale:.3g} {unit}" if unit != "ms" else f"{s * 1e3:.3g} ms"
-    return f"{s / (365 * 86400):.3g} years"
-
-
-@register.filter
-def number(value: Any, digits: int = 3) -> str:
-    """Three significant digits, with thousands separators for big ones: 104,500 / 0.449 / 1.2e+15."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return "–"
-    if abs(x) >= 1e12:
-        return f"{x:.{digits}g}"
-    if abs(x) >= 10 ** digits:
-        return f"{round(x):,}"
-    return f"{x:.{digits}g}"
+# The engine's formats (planner/units.py), which the command line's table uses too.
+for _format in (duration, number, count):
+    register.filter(_format.__name__, _format)
 
 
 @register.filter
@@ -91,19 +70,6 @@ def _in_field_order(doc: Any, path: str = "") -> Any:
         path) or [f.name for f in SECTIONS.get(path, ())]
     keys = [k for k in names if k in doc] + [k for k in doc if k not in names]
     return {k: _in_field_order(doc[k], f"{path}.{k}" if path else k) for k in keys}
-
-
-@register.filter
-def count(value: Any) -> str:
-    """Large counts the way people say them: 15T, 2.1B, 300M, 45,000."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return "–"
-    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{suffix}"
-    return f"{round(x):,}"
 
 
 @register.filter

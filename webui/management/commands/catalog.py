@@ -36,7 +36,10 @@ class Command(BaseCommand):
                     raise CommandError("import needs a FILE (- for standard input)")
                 # Bytes, as the admin's import reads an upload: JSON's UTF-8, UTF-16 or UTF-32, told apart alike.
                 data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
-                rows = jsonio.loads(data)
+                try:
+                    rows = jsonio.loads(data)
+                except ValueError as err:
+                    raise CommandError(f"{file} {jsonio.error_text(err)}") from err
                 self._report(services.catalog_import(rows=rows, update_existing=not keep_existing))
         except (OSError, ValueError) as err:
             raise CommandError(str(err)) from err
