@@ -391,9 +391,15 @@ def plan_peak_note(*, plan: Plan) -> str:
 
 
 def plan_no_layout_advice(*, result: Any) -> str:
-    """What usually helps a request none of whose layouts fits, from its commonest rejection."""
+    """What usually helps a request none of whose layouts fits, from its commonest rejection; with a pinned layout,
+    leaving the pins to the search too (a request that pinned every field was told only of memory and GPUs)."""
     ranked = by_count(result.get("rejected")) if isinstance(result, dict) else []
-    return NO_LAYOUT_ADVICE.get(ranked[0][0], GENERAL_ADVICE) if ranked else GENERAL_ADVICE
+    advice = NO_LAYOUT_ADVICE.get(ranked[0][0], GENERAL_ADVICE) if ranked else GENERAL_ADVICE
+    pinned = ((result.get("spec") or {}).get("layout") or {}) if isinstance(result, dict) else {}
+    pins = [key for key, value in pinned.items() if value is not None] if isinstance(pinned, dict) else []
+    if pins:
+        advice += f"; or leave the pinned {', '.join(pins)} to the search"
+    return advice
 
 
 def _rejections_by_count(result: dict[str, Any]) -> dict[str, Any]:

@@ -76,16 +76,16 @@ def plans_compare(request: HttpRequest) -> HttpResponse:
 # JSON API (CSRF-exempt and JSON-only, as POST /api/plans: see webui/views.py)
 
 
-@api_methods("POST")
+@api_methods("POST", query=("top",))
 def api_sweeps(request: HttpRequest) -> JsonResponse:
     if request.content_type != "application/json":
         return _errors({"sweep": ["must be sent as Content-Type: application/json"]}, status=415)
     try:
-        data = jsonio.loads(request.body or b"null")
+        data = jsonio.loads(request.body)
     except RequestDataTooBig:
-        return _errors({"sweep": ["is too large (at most 1 MiB)"]}, status=413)
+        return _errors({"sweep": [jsonio.TOO_LARGE]}, status=413)
     except ValueError as err:
-        return _errors({"sweep": [f"is not valid JSON: {err}"]})
+        return _errors({"sweep": [jsonio.error_text(err)]})
     try:
         sweep = sweeps.sweep_create(data=data, top=_top(request), client=client_address(request))
     except SpecError as err:

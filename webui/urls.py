@@ -21,5 +21,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
+handler400 = "webui.views.bad_request"
 handler404 = "webui.views.not_found"
 handler500 = "webui.views.server_error"

@@ -5,7 +5,8 @@ import functools
 import uuid
 from typing import Any
 
-from django.core.exceptions import RequestDataTooBig
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.csrf import csrf_exempt
@@ -75,9 +76,11 @@ def validation(request: HttpRequest) -> HttpResponse:
 # JSON API
 
 
-def api_methods(*methods: str):
+def api_methods(*methods: str, query: tuple[str, ...] | None = None):
     """An API view's allowed methods; any other gets a JSON 405 naming them (not Django's empty 405, nor, for a
-    DELETE or PUT, the CSRF failure page: the API keeps no session, so it is CSRF-exempt throughout)."""
+    DELETE or PUT, the CSRF failure page: the API keeps no session, so it is CSRF-exempt throughout). A query
+    parameter a view that reads some (`query` lists them) does not read is a 400 naming it, as an unknown key of a
+    spec is: "?tpo=3" was ignored, and the plan kept 10 layouts. Views that read none leave a cache-buster be."""
     def wrap(view):
         @csrf_exempt
         @functools.wraps(view)
@@ -87,6 +90,10 @@ def api_methods(*methods: str):
                                                f"{' or '.join(methods)}"]}, status=405)
                 response["Allow"] = ", ".join(methods)
                 return response
+            unknown = [key for key in request.GET if key not in query] if query is not None else []
+            if unknown:
+                return _errors({"query": [f"unknown parameter {key[:40]!r} (known: {', '.join(query)})"
+                                          for key in unknown[:5]]})
             return view(request, *args, **kwargs)
         return checked
     return wrap
@@ -94,16 +101,16 @@ def api_methods(*methods: str):
 
 # CSRF-exempt so that scripts can post without a session; requiring a JSON content type keeps browsers from
 # posting here across sites without a CORS preflight, which this app never answers (README, "Security").
-@api_methods("POST")
+@api_methods("POST", query=("top",))
 def api_plans(request: HttpRequest) -> JsonResponse:
     if request.content_type != "application/json":
         return _errors({"spec": ["must be sent as Content-Type: application/json"]}, status=415)
     try:
-        data = jsonio.loads(request.body or b"null")
+        data = jsonio.loads(request.body)
     except RequestDataTooBig:
-        return _errors({"spec": ["is too large (at most 1 MiB)"]}, status=413)
+        return _errors({"spec": [jsonio.TOO_LARGE]}, status=413)
     except ValueError as err:  # not JSON, or not UTF-8
-        return _errors({"spec": [f"is not valid JSON: {err}"]})
+        return _errors({"spec": [jsonio.error_text(err)]})
     try:
         top = _top(request)
         spec = services.spec_parse(data=data)
@@ -112,11 +119,13 @@ def api_plans(request: HttpRequest) -> JsonResponse:
     plan = services.plan_create(spec=spec, top=top, sources=services.spec_option_sources(data=data))
     body = {"code": str(plan.code), "url": request.build_absolute_uri(plan.get_absolute_url()), "status": plan.status}
     if plan.reused_from is not None:
-        body["reused_from"] = request.build_absolute_uri(plan.reused_from.get_absolute_url())
+        # As GET /api/plans/<code> gives it: one shape for one key (the POST gave only the link).
+        body["reused_from"] = {"code": str(plan.reused_from.code),
+                               "url": request.build_absolute_uri(plan.reused_from.get_absolute_url())}
     return JsonResponse(body, status=201)
 
 
-@api_methods("GET", "HEAD")
+@api_methods("GET", "HEAD", query=("rank",))
 def api_plan(request: HttpRequest, code: str) -> JsonResponse:
     plan = get_object_or_404(Plan, code=code)
     try:
@@ -149,6 +158,22 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     if request.path.startswith("/api/"):
         return _errors({"url": [f"no plan, sweep or endpoint at {request.path[:200]}"]}, status=404)
     return render(request, "webui/404.html", status=404)
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """A request Django refuses before any view reads it (settings: DATA_UPLOAD_MAX_MEMORY_SIZE and
+    DATA_UPLOAD_MAX_NUMBER_FIELDS): said as such, where Django's own page said "Bad Request (400)" and nothing more."""
+    if isinstance(exception, RequestDataTooBig):
+        heading, message, status = "Too large", jsonio.TOO_LARGE.replace("is", "The request is", 1) + ".", 413
+    elif isinstance(exception, TooManyFieldsSent):
+        heading, status = "Too many fields", 400
+        message = f"The request has more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} form fields (the plan form " \
+                  f"has about 70)."
+    else:
+        heading, message, status = "Bad request", "The request could not be read.", 400
+    if request.path.startswith("/api/"):
+        return _errors({"request": [message]}, status=status)
+    return render(request, "webui/400.html", {"heading": heading, "message": message}, status=status)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:

@@ -93,10 +93,16 @@ def test_the_admin_is_behind_a_login(client, url):
 
 
 def test_request_bodies_are_bounded(client, seeded):
+    # Said as such, not Django's bare "Bad Request (400)" page, and a body too large is a 413 as in the API.
     too_long = client.post("/", {"model__name": "x" * (1024 * 1024 + 1)})
-    assert too_long.status_code == 400
+    assert too_long.status_code == 413
+    assert "The request is too large (at most 1 MiB). Nothing was saved" in too_long.content.decode()
     too_many = client.post("/", {f"field{i}": "1" for i in range(300)})
     assert too_many.status_code == 400
+    assert "The request has more than 200 form fields" in too_many.content.decode()
+    api = client.post("/api/plans?" + "&".join(f"f{i}=1" for i in range(300)), "{}", content_type="application/json")
+    assert api.status_code == 400
+    assert api.json()["errors"]["request"] == ["The request has more than 200 form fields (the plan form has about 70)."]
 
 
 def test_plan_urls_are_random_uuids_never_row_numbers(client, seeded, small_spec):

@@ -185,7 +185,8 @@ def test_an_infeasible_request_is_an_answer_with_reasons(client, seeded):
     plan = services.plan_run(plan_id=make_plan(doc).pk)
     assert plan.result["plans"] == [] and next(iter(plan.result["rejected"])) == "moe_tp_needs_sp"
     page = client.get(plan.get_absolute_url()).content.decode()
-    assert "What usually helps: sequence parallelism on (an MoE model with TP &gt; 1 needs it), or TP 1." in page
+    assert "What usually helps: sequence parallelism on (an MoE model with TP &gt; 1 needs it), or TP 1; or leave " \
+           "the pinned tp, sequence_parallel to the search." in page
     # A TP past the NVLink domain is one layout, rejected: "1 layouts and every one was rejected".
     doc.update(model="Llama 3 70B", layout={"tp": 16})
     doc["cluster"].update(num_gpus=512, gpu="H100 SXM5 80GB", node="DGX H100")
@@ -193,6 +194,7 @@ def test_an_infeasible_request_is_an_answer_with_reasons(client, seeded):
     assert plan.result["searched"] == 1
     page = client.get(plan.get_absolute_url()).content.decode()
     assert "The planner considered 1 layout and it was rejected" in page and "1 layout considered, 0 feasible" in page
+    assert "; or leave the pinned tp to the search." in page  # the advice named memory and GPUs alone
 
 
 def test_one_token_to_train_is_one_token(client, small_spec, seeded):

@@ -47,11 +47,11 @@ def test_a_duplicate_spec_reuses_the_finished_result_without_a_second_search(wor
     assert second.status_code == 201
     body = second.json()
     assert body["status"] == "done" and body["code"] != first["code"]
-    assert body["reused_from"] == f"http://testserver/plans/{plan.code}/"
+    assert body["reused_from"] == {"code": str(plan.code), "url": f"http://testserver/plans/{plan.code}/"}
     twin = Plan.objects.get(code=body["code"])
     assert twin.result == plan.result and twin.attempts == 0
     page = client.get(f"/plans/{twin.code}/").content.decode()
     assert 'id="reused-from"' in page and f'href="/plans/{plan.code}/"' in page
-    assert client.get(f"/api/plans/{twin.code}").json()["reused_from"]["code"] == str(plan.code)
+    assert client.get(f"/api/plans/{twin.code}").json()["reused_from"] == body["reused_from"]  # one shape
     time.sleep(1)
     assert worker.count("] received") == received  # no task was sent for the twin
