@@ -4,8 +4,8 @@ Three additions, in every worker so that no extra process is needed (and, in eve
 broker's safer transport, webui/broker.py):
 - each pool process caps its address space (PLAN_MEMORY_LIMIT_MB), so a search that would exhaust the machine
   fails with MemoryError instead;
-- a timer runs `delivery.plans_recover` every PLAN_RECOVER_EVERY_S (and once soon after start): lapsed leases
-  back to the queue, the outbox sent. It talks to the database and the broker directly, so it works while
+- a timer runs `delivery.plans_recover` every PLAN_RECOVER_EVERY_S (and once soon after start): the leases of the
+  searches in hand renewed (`delivery.leases_renew`), lapsed leases back to the queue, the outbox sent. It talks to the database and the broker directly, so it works while
   messages are being lost, and any number of workers may run it at once;
 - a cold shutdown (SIGQUIT, what `make run` sends on Ctrl-C) stops every search in hand at once
   (`stop_searches_first`), and each gives its plan back to the queue on its way out.
@@ -116,17 +116,21 @@ def stop_searches_first(sender: Any, **kwargs: Any) -> None:
 
 
 def recover_plans() -> None:
+    """The worker's sweep: renew the leases of the searches in hand (a worker on its way out too, while it waits
+    for them), then `delivery.plans_recover`."""
     from celery.worker import state
     from django.db import connection
 
     from webui import delivery
 
-    if state.should_stop or state.should_terminate:
-        return  # a worker on its way out must not send itself plans it would drop
-
+    # The pool process's own lease name (tasks.plan_run), known here once the pool has said it started the task.
+    holders = [delivery.lease_holder(hostname=r.hostname, pid=r.worker_pid, task_id=r.id)
+               for r in list(state.active_requests) if getattr(r, "worker_pid", None)]
     with fork_guard:
         try:
-            delivery.plans_recover()
+            delivery.leases_renew(holders=holders)
+            if not (state.should_stop or state.should_terminate):  # one on its way out sends itself no plans
+                delivery.plans_recover()
         except Exception:  # a sweep that fails (database away) must not stop the timer: the next one tries again
             logger.exception("plans_recover failed; trying again in the next sweep")
         finally:

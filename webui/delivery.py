@@ -4,8 +4,10 @@ The Plan row is the source of truth, the broker only a doorbell:
 
 - `plan_send` hands a queued plan's task to the broker; the plan carries a `dispatched_at` stamp from then on.
   When the broker is down the stamp is cleared: the plan is in the outbox, and its page says it is waiting.
-- `plan_claim` takes a queued plan with a conditional UPDATE (queued -> running, a fresh lease token, a lease
-  that outlasts the task's hard time limit). A second delivery of the same message finds nothing to claim.
+- `plan_claim` takes a queued plan with a conditional UPDATE (queued -> running, a fresh lease token, a lease).
+  A second delivery of the same message finds nothing to claim. A worker's search holds a lease of
+  PLAN_LEASE_S, which its worker's main process renews at every sweep while the search runs (`leases_renew`),
+  never past the task's hard time limit and its grace; any other caller's lease outlasts the hard time limit.
 - `plan_store` writes the outcome only while the plan is running under the caller's token, so a worker that
   lost its lease can never overwrite the answer, and a finished plan never changes.
 - `plan_lost` is called by the worker's main process the moment a pool process dies under a plan's task (the
@@ -129,14 +131,34 @@ def plan_claim(*, plan_id: int, token: uuid.UUID | None = None) -> tuple[Plan | 
     plan = Plan.objects.filter(pk=plan_id).only("time_limit_s").first()
     if plan is None:
         return None, None
+    renewed = token is not None  # a worker's search, whose main process renews the lease (leases_renew)
     token = token or lease_token(None)
     now = timezone.now()
     lease = timedelta(seconds=plan_hard_limit(plan=plan) + settings.PLAN_TIME_GRACE_S)
+    if renewed:
+        lease = min(lease, timedelta(seconds=settings.PLAN_LEASE_S))
     claimed = Plan.objects.filter(pk=plan_id, status=Plan.Status.QUEUED).update(
         status=Plan.Status.RUNNING, lease_token=token, lease_expires_at=now + lease, started_at=now,
         attempts=F("attempts") + 1)
     plan.refresh_from_db()
     return plan, (token if claimed else None)
+
+
+def leases_renew(*, holders: list[str]) -> int:
+    """Extend the leases of the plans whose searches `holders` (lease_holder names: the worker's searches in
+    hand) are running, to PLAN_LEASE_S from now but never past the claim's hard time limit and its grace: a search
+    past its limit is the worker's to kill, and its plan then lapses as before. Returns how many were renewed."""
+    if not holders:
+        return 0
+    now = timezone.now()
+    renewed = 0
+    running = Plan.objects.filter(status=Plan.Status.RUNNING, lease_token__in=[lease_token(h) for h in holders])
+    for plan in running.only("pk", "lease_token", "started_at", "time_limit_s"):
+        end = plan.started_at + timedelta(seconds=plan_hard_limit(plan=plan) + settings.PLAN_TIME_GRACE_S)
+        until = min(now + timedelta(seconds=settings.PLAN_LEASE_S), end)
+        renewed += Plan.objects.filter(pk=plan.pk, status=Plan.Status.RUNNING, lease_token=plan.lease_token,
+                                       lease_expires_at__lt=until).update(lease_expires_at=until)
+    return renewed
 
 
 def plan_store(*, plan: Plan, token: uuid.UUID, **fields: Any) -> Plan:

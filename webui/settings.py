@@ -233,6 +233,11 @@ PLAN_TIME_PER_LAYOUT_US = env_float("PLAN_TIME_PER_LAYOUT_US", 100)
 PLAN_TIME_GRACE_S = env_float("PLAN_TIME_GRACE_S", 10)  # soft -> hard limit -> end of the lease
 PLAN_MAX_ATTEMPTS = int(os.environ.get("PLAN_MAX_ATTEMPTS", "3"))  # searches interrupted (worker lost) before failing
 PLAN_RECOVER_EVERY_S = env_float("PLAN_RECOVER_EVERY_S", 10)  # each worker's outbox and lease sweep
+# A worker's search holds its plan for this long at a time, and the worker's main process renews the lease at each
+# sweep while the search runs (never past the hard time limit and its grace): a worker that dies stops renewing,
+# and its plan is back in the queue within about PLAN_LEASE_S + PLAN_RECOVER_EVERY_S, not only once the hard time
+# limit has passed (up to 2.5 minutes). Room for two missed sweeps at least.
+PLAN_LEASE_S = max(env_float("PLAN_LEASE_S", 30), 3 * PLAN_RECOVER_EVERY_S)
 PLAN_RESEND_AFTER_S = env_float("PLAN_RESEND_AFTER_S", 120)  # sent, never started (broker lost it): send again
 PLAN_MEMORY_LIMIT_MB = int(os.environ.get("PLAN_MEMORY_LIMIT_MB", "4096"))  # address space of a search process
 # Defaults for a task sent without its own limits (by hand, say); plans always carry their own.

@@ -129,6 +129,31 @@ def test_only_the_first_delivery_claims_a_plan(queued, settings):
     assert second is None and again.attempts == 1 and again.lease_token == token
 
 
+def test_a_workers_search_holds_a_short_lease_that_its_worker_renews_up_to_the_hard_limit(queued, settings):
+    # A worker killed whole kept its plan "Searching" until the hard time limit and its grace had passed (up to
+    # 2.5 minutes): a worker's search now holds PLAN_LEASE_S at a time, renewed by its main process at each sweep.
+    settings.PLAN_LEASE_S = 30
+    Plan.objects.filter(pk=queued.pk).update(time_limit_s=100)
+    holder = delivery.lease_holder(hostname="w@h", pid=123, task_id="t")
+    plan, token = delivery.plan_claim(plan_id=queued.pk, token=delivery.lease_token(holder))
+    assert (plan.lease_expires_at - plan.started_at).total_seconds() == pytest.approx(30)
+    Plan.objects.filter(pk=plan.pk).update(lease_expires_at=ago(-5))  # 5 s left
+    assert delivery.leases_renew(holders=["w@h/124/t", "w@h/123/other"]) == 0  # other holders renew nothing
+    assert delivery.leases_renew(holders=[holder]) == 1
+    plan.refresh_from_db()
+    assert (plan.lease_expires_at - timezone.now()).total_seconds() == pytest.approx(30, abs=1)
+    # Never past the hard limit and its grace from the claim: a search past its limit is the worker's to kill.
+    Plan.objects.filter(pk=plan.pk).update(started_at=ago(115), lease_expires_at=ago(-2))
+    assert delivery.leases_renew(holders=[holder]) == 1
+    plan.refresh_from_db()
+    end = plan.started_at + timedelta(seconds=100 + 2 * settings.PLAN_TIME_GRACE_S)
+    assert plan.lease_expires_at == end
+    assert delivery.leases_renew(holders=[holder]) == 0  # nothing left to extend
+    # Not renewed, it lapses, and the sweep gives the plan back.
+    Plan.objects.filter(pk=plan.pk).update(lease_expires_at=ago(1))
+    assert delivery.plans_recover()["requeued"] == 1
+
+
 def test_a_duplicate_delivery_does_not_search(queued, monkeypatch):
     delivery.plan_claim(plan_id=queued.pk)  # another worker is searching
     monkeypatch.setattr(planner, "plan", lambda spec, top: pytest.fail("searched twice"))

@@ -179,7 +179,7 @@ MOE_SPEC: dict[str, Any] = {
     "cluster": {"num_gpus": 322_560, "gpu": "H800 SXM5 80GB", "node": "HGX H800",
                 "fabric": "NDR InfiniBand fat tree"},
 }
-LONG_LEASE = {"PLAN_TIME_BASE_S": "100", "PLAN_RESEND_AFTER_S": "300"}
+LONG_LEASE = {"PLAN_TIME_BASE_S": "100", "PLAN_LEASE_S": "300", "PLAN_RESEND_AFTER_S": "300"}
 
 
 def pool_children(worker: Process) -> list[int]:
@@ -210,6 +210,44 @@ def test_a_killed_pool_process_frees_the_worker_at_once(seeded, broker_env, spaw
     assert plan.attempts == 2 and later.attempts == 1, outputs(worker)
     assert plan.result["plans"][0]["step_time_s"] > 0 and plan.error == "" and worker.alive()
     assert worker.count("its search process was lost") == 1, outputs(worker)
+
+
+# Long time limits and a short lease (PLAN_LEASE_S), renewed by the worker's main process at each sweep: a search
+# outlives its lease while its worker lives, and a worker killed whole gives its plan back within the lease.
+SHORT_LEASE = {"PLAN_TIME_BASE_S": "100", "PLAN_LEASE_S": "1.5", "PLAN_RECOVER_EVERY_S": "0.5",
+               "PLAN_RESEND_AFTER_S": "300"}
+
+
+def test_a_search_outlives_its_lease_while_its_worker_renews_it(seeded, broker_env, spawn):
+    # A lease shorter than the search (about 1 s), renewed every 0.15 s.
+    env = {**broker_env, **SHORT_LEASE, "PLAN_LEASE_S": "0.45", "PLAN_RECOVER_EVERY_S": "0.15"}
+    web = spawn(WebServer(env))
+    workers = [spawn(WorkerProcess(env, name=name)) for name in ("first", "second")]  # either could take it over
+    plan = submit(web, MOE_SPEC)
+    wait_for_status(plan, ("done", "failed"), timeout=90)
+    assert plan.status == "done", f"{plan.status} {plan.error}\n{outputs(*workers)}"
+    took = (plan.finished_at - plan.started_at).total_seconds()
+    assert took > 0.45, f"the search ({took:.2f} s) must outlast its 0.45 s lease for this test to say anything"
+    assert plan.attempts == 1, outputs(*workers)  # never given to the other worker as lapsed
+
+
+def test_a_worker_killed_whole_gives_its_plan_back_within_its_lease_not_its_time_limit(seeded, broker_env, spawn):
+    # Its plan stayed "running" until the hard time limit and its grace had passed: here over 100 s.
+    env = {**broker_env, **SHORT_LEASE}
+    web = spawn(WebServer(env))
+    first = spawn(WorkerProcess(env, name="first"))
+    plan = submit(web, MOE_SPEC)
+    wait_for_status(plan, ("running", "done", "failed"), timeout=60, every=0.01)
+    first.kill()  # SIGKILL to the worker and its pool: nothing renews the lease, nothing gives the plan back
+    killed_at = timezone.now()
+    plan.refresh_from_db()
+    assert plan.status == "running" and plan.attempts == 1, f"the kill must land mid-search\n{outputs(first)}"
+    assert plan.lease_expires_at - killed_at < timedelta(seconds=2)
+    second = spawn(WorkerProcess(env, name="second"))
+    wait_for_status(plan, ("done", "failed"), timeout=90)
+    assert plan.status == "done", f"{plan.status} {plan.error}\n{outputs(second, web)}"
+    assert plan.started_at - killed_at < timedelta(seconds=30), outputs(second)
+    assert plan.attempts == 2, outputs(second)
 
 
 def test_a_worker_stopped_mid_search_hands_its_plan_to_a_worker_still_running(seeded, broker_env, spawn):
