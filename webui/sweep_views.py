@@ -30,8 +30,15 @@ def sweep_new(request: HttpRequest) -> HttpResponse:
             form.add_sweep_errors(err.as_dict())
         except sweeps.SweepQuotaExceeded as err:
             form.add_error(None, str(err))
-            return render(request, "webui/sweep_form.html", {"form": form}, status=429)
+            return _retry_after(render(request, "webui/sweep_form.html", {"form": form}, status=429), err)
     return render(request, "webui/sweep_form.html", {"form": form})
+
+
+def _retry_after(response: HttpResponse, err: sweeps.SweepQuotaExceeded) -> HttpResponse:
+    """A 429 says when to ask again (RFC 9110, Retry-After in seconds) where the client's recent pace tells."""
+    if err.retry_after_s is not None:
+        response["Retry-After"] = str(err.retry_after_s)
+    return response
 
 
 def client_address(request: HttpRequest) -> str:
@@ -91,7 +98,7 @@ def api_sweeps(request: HttpRequest) -> JsonResponse:
     except SpecError as err:
         return _errors(err.as_dict())
     except sweeps.SweepQuotaExceeded as err:
-        return _errors({"sweep": [str(err)]}, status=429)
+        return _retry_after(_errors({"sweep": [str(err)]}, status=429), err)
     body = {"code": str(sweep.code), "url": request.build_absolute_uri(sweep.get_absolute_url()),
             "status": sweeps.sweep_status(sweeps.sweep_rows(sweep=sweep)), "total": sweep.scenarios.count()}
     return JsonResponse(body, status=201)

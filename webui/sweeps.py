@@ -10,15 +10,19 @@ import csv
 import hashlib
 import io
 import json
+import math
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, Mapping
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.urls import reverse
+from django.utils import timezone
 
 from planner import SpecError
 from planner.spec import TOP, fmt_number
+from planner.units import duration
 from planner.whatif.goal import best, miss_advice, outcome, parse_goal, verdict
 from planner.whatif.sweep import Scenario, expand, key_name, scenario_doc, value_label
 
@@ -45,7 +49,13 @@ ROW_FIELDS = ("plan", "status", "num_gpus", "gpu", "node", "fabric", "precision"
 
 
 class SweepQuotaExceeded(Exception):
-    """The client's earlier sweeps still have too many scenarios waiting or running for this one (a 429)."""
+    """The client's earlier sweeps still have too many scenarios waiting or running for this one (a 429).
+    `retry_after_s`: when enough of them should have finished, at the pace its scenarios finished lately (the
+    429's Retry-After); None when none finished lately, and no pace can be told."""
+
+    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 def sweep_create(*, data: Any, top: int = TOP.default, client: str = "") -> Sweep:
@@ -109,9 +119,26 @@ def _within_quota(sweep: Sweep) -> None:
     adding = pending.filter(sweep=sweep).count()
     before = pending.exclude(sweep=sweep).count()
     if adding and before + adding > limit:
+        wait = _quota_wait_s(sweep.client, before + adding - limit)
+        when = f" At the pace your scenarios finished lately, that is in about {duration(wait)}." if wait else ""
         raise SweepQuotaExceeded(
             f"{before:,} scenarios of your earlier sweeps are still waiting or running, and this sweep adds "
-            f"{adding:,}: at most {limit:,} at a time. Ask again once some have finished, or vary fewer values.")
+            f"{adding:,}: at most {limit:,} at a time. Ask again once some have finished, or vary fewer values."
+            f"{when}", retry_after_s=wait)
+
+
+QUOTA_PACE_WINDOW_S = 600  # the recent past whose finished scenarios give a client's pace
+
+
+def _quota_wait_s(client: str, excess: int) -> int | None:
+    """Seconds until `excess` more of the client's scenarios should have finished, at the pace they finished over
+    the last QUOTA_PACE_WINDOW_S; None when none did (no pace to go by). At least one recovery sweep's time."""
+    since = timezone.now() - timedelta(seconds=QUOTA_PACE_WINDOW_S)
+    finished = SweepScenario.objects.filter(sweep__client=client, plan__status__in=FINISHED,
+                                            plan__finished_at__gte=since).count()
+    if not finished:
+        return None
+    return max(math.ceil(settings.PLAN_RECOVER_EVERY_S), math.ceil(excess * QUOTA_PACE_WINDOW_S / finished))
 
 
 def _tokens_agree(data: Mapping[str, Any], scenarios: list[Scenario], tokens: float) -> None:

@@ -9,10 +9,13 @@ import csv
 import html
 import io
 import json
+import math
 from typing import Any
 
 import pytest
 from django.test import Client
+
+from planner.units import duration
 
 from webui import services, sweeps
 from webui.models import GPUType, Plan, Sweep, SweepScenario
@@ -456,6 +459,7 @@ def test_one_clients_unfinished_scenarios_are_bounded_and_others_still_get_their
     assert refused.json() == {"errors": {"sweep": [
         "2 scenarios of your earlier sweeps are still waiting or running, and this sweep adds 2: at most 3 at a time. "
         "Ask again once some have finished, or vary fewer values."]}}
+    assert "Retry-After" not in refused  # none of its scenarios has finished yet: no pace to go by
     assert Sweep.objects.count() == 1  # nothing saved
     other = Client(REMOTE_ADDR="10.0.0.2")
     assert post(other, two).status_code == 201  # another client has its own share
@@ -467,6 +471,10 @@ def test_one_clients_unfinished_scenarios_are_bounded_and_others_still_get_their
             "global_batch": "256"}
     page = client.post("/sweeps/new/", form)
     assert page.status_code == 429 and "at most 3 at a time" in page.content.decode()
+    # Now some have finished: when to ask again, at that pace (1 scenario too many; it had no Retry-After at all).
+    finished = SweepScenario.objects.filter(sweep__client="127.0.0.1", plan__status="done").count()
+    assert finished >= 2 and page["Retry-After"] == str(math.ceil(600 / finished))
+    assert f"that is in about {duration(math.ceil(600 / finished))}." in page.content.decode()
     # Behind a proxy, the header it sets names the client.
     settings.CLIENT_ADDRESS_HEADER = "X-Real-IP"
     assert client.post("/api/sweeps", json.dumps(two), content_type="application/json",
