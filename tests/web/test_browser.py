@@ -117,6 +117,10 @@ def test_a_new_user_plans_a_job_and_shares_the_link(web, worker, seeded, browser
     other.goto(plan_url)
     assert other.inner_text("#best-plan .description") == description
     other.wait_for_selector("#chart-placement svg.main-svg", timeout=30_000)
+    # No chart offers to upload the plan: plotly.js 4's "Share chart..." sent the figure to Plotly Cloud.
+    other.hover("#chart-placement")
+    titles = other.eval_on_selector_all("#chart-placement .modebar-btn", "bs => bs.map(b => b.dataset.title)")
+    assert "Download plot as a PNG" in titles and not [t for t in titles if "Share" in t or "Cloud" in t], titles
 
 
 def test_bad_input_in_the_browser_is_shown_next_to_the_field(web, seeded, browser):
