@@ -156,7 +156,8 @@ class GPUType(CatalogRow):
 
     def row_errors(self) -> dict[str, list[str]]:
         # A price of 0 would make every scenario on this GPU free, and a sweep's cheapest pick a tie.
-        if self.price_per_gpu_hour_usd is not None and self.price_per_gpu_hour_usd <= 0:  # -1 said ">= 0" too
+        price = self.price_per_gpu_hour_usd  # full_clean runs this after a field's own error too ("abc")
+        if isinstance(price, (int, float)) and not isinstance(price, bool) and price <= 0:  # -1 said ">= 0" too
             return {"price_per_gpu_hour_usd": ["must be more than 0: leave it empty when you have no price"]}
         return {}
 

@@ -18,14 +18,14 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core import serializers
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, models, transaction
 from django.utils import timezone
 
 import planner
 from planner import PlanSpec, SpecError, accuracy, parse_spec, stacks
 from planner.catalog import FIXTURES_DIR, Catalog
 from planner.constants import ENGINE_VERSION
-from planner.spec import TOP, look_alike_key, text_problem
+from planner.spec import TOP, as_number, describe_value, look_alike_key, text_problem
 from planner.launch import launch_configs
 
 from . import delivery, options
@@ -109,6 +109,20 @@ def _catalog_row_load(row: Any, *, update_existing: bool) -> str:
              if value is None and not model._meta.get_field(key).null}
     if nulls:
         raise ValidationError(nulls)
+    # Types the engine's field tables do not judge: text columns take text ("source": ["a"] was stored as the
+    # text "['a']"), and a catalog-only number a number ("price": "abc" raised TypeError, true was stored as 1.0).
+    wrong = {}
+    for key, value in fields.items():
+        column = model._meta.get_field(key)
+        if value is None:
+            continue
+        if isinstance(column, (models.CharField, models.TextField)) and not isinstance(value, str):
+            wrong[key] = [f"must be text, not {describe_value(value)}"]
+        elif key in model.CATALOG_ONLY and isinstance(column, models.FloatField) and (
+                isinstance(value, bool) or as_number(value) is None):
+            wrong[key] = [f"must be a number, not {describe_value(value)}"]
+    if wrong:
+        raise ValidationError(wrong)
     name = fields.get("name")
     if isinstance(name, str):  # as CatalogRow.clean stores it: a padded name updates the row of that name
         name = fields["name"] = name.strip()

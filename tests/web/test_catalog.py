@@ -129,6 +129,17 @@ def test_import_updates_by_name_and_reports_unchanged(seeded):
     ([{"model": "webui.gputype", "fields": {"name": "x", "peak_tflops": 100, "memory_gib": 80,
                                              "memory_gbytes_per_s": 100, "source": None}}],
      "row 1 (x): source: must not be null"),
+    # Types the field tables do not judge: a text price raised TypeError (a 500), true was stored as 1.0, and a
+    # list as its Python text.
+    ([{"model": "webui.gputype", "fields": {"name": "x", "peak_tflops": 100, "memory_gib": 80,
+                                             "memory_gbytes_per_s": 100, "price_per_gpu_hour_usd": "abc"}}],
+     "row 1 (x): price_per_gpu_hour_usd: must be a number, not 'abc'"),
+    ([{"model": "webui.gputype", "fields": {"name": "x", "peak_tflops": 100, "memory_gib": 80,
+                                             "memory_gbytes_per_s": 100, "price_per_gpu_hour_usd": True}}],
+     "row 1 (x): price_per_gpu_hour_usd: must be a number, not true"),
+    ([{"model": "webui.gputype", "fields": {"name": "x", "peak_tflops": 100, "memory_gib": 80,
+                                             "memory_gbytes_per_s": 100, "source": ["a"]}}],
+     "row 1 (x): source: must be text, not a list"),
 ])
 def test_import_rejects_bad_rows_with_a_message(rows, expected):
     with pytest.raises(ValidationError) as info:
