@@ -220,7 +220,8 @@ def print_table(answer: dict[str, Any], out: TextIO) -> None:
         best = answer["plans"][0]
         if best["time_to_train_s"]:
             # As the plan page writes them: "0.0 days" was 49.9 min there, "5.06e+06 GPU-hours" 5,057,890.
-            out.write(f"\ntime to train {units.count(spec['training']['tokens'])} tokens: "
+            tokens = spec["training"]["tokens"]
+            out.write(f"\ntime to train {units.count(tokens)} token{'' if tokens == 1 else 's'}: "
                       f"{units.duration(best['time_to_train_s'])}, {units.number(best['gpu_hours'])} GPU-hours\n")
     else:
         out.write("no feasible layout\n")

@@ -66,6 +66,10 @@ def test_the_table_counts_one_layout_in_the_singular(tmp_path):
     (tmp_path / "one.json").write_text(json.dumps(doc))
     out = run("plan", str(tmp_path / "one.json"), "--format", "table")
     assert out.stdout.splitlines()[1].startswith("searched 1 layout, 0 feasible"), out.stdout
+    doc["layout"], doc["training"]["tokens"] = {}, 1
+    (tmp_path / "one.json").write_text(json.dumps(doc))
+    out = run("plan", str(tmp_path / "one.json"), "--format", "table", "--top", "1")
+    assert "\ntime to train 1 token: " in out.stdout, out.stdout
 
 
 def test_the_table_marks_the_layouts_the_model_cannot_tell_from_the_best():
