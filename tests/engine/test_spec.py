@@ -296,6 +296,11 @@ def test_pinned_ep_needs_experts_enough(gpt3_doc):
     gpt3_doc["model"].update(experts=8, top_k=2)
     gpt3_doc["layout"] = {"ep": 16}
     assert errors_of(gpt3_doc)["layout.ep"] == ["must be at most model.experts (8)"]
+    # Each EP rank holds whole experts: EP 3 was searched over tens of thousands of layouts, all rejected for it.
+    gpt3_doc["layout"] = {"ep": 3}
+    assert errors_of(gpt3_doc)["layout.ep"] == ["must divide model.experts (8)"]
+    gpt3_doc["layout"] = {"ep": 4}
+    assert parse_spec(gpt3_doc).layout.ep == 4
 
 
 def test_form_style_strings_are_accepted(gpt3_doc):

@@ -61,10 +61,12 @@ def test_a_name_that_differs_from_another_only_in_case_is_refused(staff):
 
 
 @pytest.mark.parametrize("name", ["H100  SXM5 80GB", "H100 SXM5\u200b 80GB", "H100 SXM5\u00a080GB",
-                                  "H\uff11\uff10\uff10 SXM5 80GB"])
+                                  "H\uff11\uff10\uff10 SXM5 80GB", "H100 SXM5 80GB\u034f", "H100 SXM5\u3164 80GB",
+                                  "H100 SXM5 80GB\ufe0f"])
 def test_a_name_that_reads_as_another_is_refused(staff, name):
-    # Two spaces, a zero-width space, a no-break space, full-width digits: three "H100 SXM5 80GB" stood in the
-    # GPU menu, and a sweep over them drew three rows of that name.
+    # Two spaces, a zero-width space, a no-break space, full-width digits, default-ignorable characters (a combining
+    # grapheme joiner, a Hangul filler, a variation selector): three "H100 SXM5 80GB" stood in the GPU menu, and a
+    # sweep over them drew three rows of that name.
     response = add_gpu(staff, name)
     assert response.status_code == 200
     assert "&#x27;H100 SXM5 80GB&#x27; is already a GPU type" in response.content.decode()
