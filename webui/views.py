@@ -13,7 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from planner import SpecError, jsonio, stacks
-from planner.spec import parse_top
+from planner.spec import TOP, parse_top
 
 from . import charts, services, validation_charts
 from .forms import PlanForm, initial_for
@@ -189,17 +189,19 @@ def _errors(errors: dict[str, list[str]], status: int = 400) -> JsonResponse:
 def _top(request: HttpRequest) -> int:
     """?top=N, the ranked layouts to keep, within the engine's bounds (planner.spec.TOP, as the CLI's --top);
     the default when absent. Anything else is a SpecError naming `top`, as is `top` given twice (which one?)."""
-    if len(request.GET.getlist("top")) > 1:
-        raise SpecError.one("top", "is given more than once")
-    return parse_top(request.GET.get("top"))
+    return _ranked("top", request) or TOP.default
 
 
 def _rank(request: HttpRequest) -> int:
-    """The `rank` query parameter (which ranked layout's launch configurations to show); 1 when absent."""
-    text = request.GET.get("rank", "1")
-    if not (text.strip().isascii() and text.strip().isdigit()) or len(text) > 6:  # "²" is a digit to isdigit
-        raise SpecError.one("rank", f"must be a whole number from 1 (the best layout), not {text[:20]!r}")
-    return int(text)
+    """?rank=N, which ranked layout's launch configurations to show, read as the CLI reads --rank (the bounds of
+    `top`; given twice, refused: the last one had been taken without a word); 1 when absent."""
+    return _ranked("rank", request) or 1
+
+
+def _ranked(name: str, request: HttpRequest) -> int | None:
+    if len(request.GET.getlist(name)) > 1:
+        raise SpecError.one(name, "is given more than once")
+    return parse_top(request.GET[name], name) if name in request.GET else None
 
 
 def _is_uuid(value: str | None) -> bool:

@@ -257,9 +257,13 @@ def test_a_done_plan_answers_with_the_launch_configs_of_its_best_layout(client, 
     assert second["rank"] == 2 and body["result"]["plans"][1]["label"] in second["configs"]["slurm"]["text"]
 
 
-@pytest.mark.parametrize("rank,message", [("0", "must be between 1 and 3"), ("4", "must be between 1 and 3"),
-                                          ("two", "must be a whole number"), ("-1", "must be a whole number"),
-                                          ("%C2%B2", "must be a whole number")])  # "²": a digit to str.isdigit
+# Read as the CLI reads --rank (the engine's bounds of `top`): "3.0" was refused where ?top=3.0 was taken, and
+# ?rank=1&rank=2 quietly meant 2.
+@pytest.mark.parametrize("rank,message", [("0", "must be at least 1 (got 0)"), ("4", "must be between 1 and 3"),
+                                          ("two", "must be a number, not 'two'"), ("-1", "must be at least 1"),
+                                          ("%C2%B2", "must be a number, not '²'"), ("51", "must be at most 50"),
+                                          ("2.5", "must be a whole number (got 2.5)"),
+                                          ("1&rank=2", "is given more than once")])
 def test_a_bad_launch_rank_is_a_400_naming_rank(client, seeded, small_spec, rank, message):
     plan = _done_plan(small_spec)
     response = client.get(f"/api/plans/{plan.code}?rank={rank}")
