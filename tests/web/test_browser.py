@@ -262,6 +262,14 @@ def test_a_plan_on_each_new_gpu_and_fabric_renders_with_launch_configs(web, work
     for url in (plans[-1].get_absolute_url(), "/", "/validation/", "/sweeps/new/"):
         phone.goto(web.url + url)
         assert phone.evaluate("document.documentElement.scrollWidth") <= 420, url
+    # ... nor on a 320 px one: the launch headings' Copy buttons ended at 348 px, the validation page's build
+    # fingerprint at 323.
+    phone.set_viewport_size({"width": 320, "height": 900})
+    for url in ("/", "/validation/", "/sweeps/new/", plans[-1].get_absolute_url()):
+        phone.goto(web.url + url)
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 320, url
+    copy = phone.eval_on_selector_all("#launch button.copy", "bs => bs.map(b => b.getBoundingClientRect().right)")
+    assert copy and max(copy) <= 320, copy
     # ... and every chart title is whole on a 375 px phone, wrapped above its plot (Plotly cut them at the edge).
     phone.set_viewport_size({"width": 375, "height": 900})
     for url in (plans[-1].get_absolute_url(), "/validation/"):
