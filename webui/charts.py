@@ -219,14 +219,15 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
     stages = max(int(c.get("pp", 0) or 0) for c in cells) + 1
     colourscale = []
     for s in range(stages):
-        colour = PALETTE[s % len(PALETTE)]
+        colour = _stage_colour(s, stages)
         colourscale += [[s / stages, colour], [(s + 1) / stages, colour]]
     heatmap: dict[str, Any] = {
         "type": "heatmap", "z": z, "zmin": -0.5, "zmax": stages - 0.5, "colorscale": colourscale,
         "x": list(range(per_node)), "y": [f"node {node}" for node in nodes],
         "customdata": hover, "hovertemplate": "%{customdata}<extra></extra>", "xgap": 2, "ygap": 2,
         "colorbar": {"title": {"text": "PP stage"}}}
-    if len(cells) <= MAX_LABELLED_CELLS:
+    labelled = len(cells) <= MAX_LABELLED_CELLS
+    if labelled:
         heatmap.update(text=text, texttemplate="%{text}", textfont={"size": 10})
     if stages <= 32:
         heatmap["colorbar"]["tickvals"] = list(range(stages))
@@ -238,7 +239,8 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
     if total and shown and shown < total:
         title += f" ({shown:,} of {total:,} GPUs shown: {_shown_part(result, cells, total)})"
     title += ("<br><span style='font-size:12px'>GPUs by node; NVLink domains outlined; colour = pipeline stage; "
-              "label = rank in its TP group and DP replica</span>")
+              + ("label = rank in its TP group and DP replica" if labelled else "hover a GPU for its ranks")
+              + "</span>")
     # Tall enough for the colour bar's stage labels too (16 px each): a map of two 72-GPU nodes in nine stages
     # was 60 px high, and its labels 0-8 printed over each other.
     plot_px = max(30 * len(nodes), 16 * min(stages, 32))
@@ -246,6 +248,14 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
         title, height=min(2000, 140 + plot_px), shapes=shapes,
         xaxis={"title": {"text": "GPU slot in node"}, "dtick": 1},
         yaxis={"autorange": "reversed", "type": "category", "automargin": True})}
+
+
+def _stage_colour(stage: int, stages: int) -> str:
+    """Pipeline stage `stage` of `stages`: the palette's colours while they last; past ten stages, hues spread by
+    the golden ratio, so that no two stages share a colour (stages 0 and 10 were both blue) and neighbours differ."""
+    if stages <= len(PALETTE):
+        return PALETTE[stage]
+    return f"hsl({round(stage * 222.4922) % 360}, 62%, {52 + 8 * (stage % 3) - 8}%)"
 
 
 def _shown_part(result: dict[str, Any], cells: list[dict[str, Any]], total: int) -> str:

@@ -108,6 +108,20 @@ def test_a_map_of_few_nodes_in_many_stages_is_tall_enough_for_the_stage_labels()
     assert charts.placement_map(ANSWER)["layout"]["height"] == 140 + 60  # two nodes in two stages: as before
 
 
+def test_past_ten_pipeline_stages_no_two_share_a_colour():
+    # PP 18 on 72-GPU nodes: stages 0 and 10 were the same blue. 1,296 GPUs: no cell labels, and the subtitle
+    # no longer says "label = rank ...".
+    answer = copy.deepcopy(ANSWER)
+    answer["placement_map"] = {"gpus_per_node": 72, "cells": [
+        {"gpu": g, "node": g // 72, "domain": g // 72, "tp": g % 8, "dp": 0, "pp": g // 72} for g in range(1296)]}
+    fig = charts.placement_map(answer)
+    scale = fig["data"][0]["colorscale"]
+    colours = [scale[2 * s][1] for s in range(18)]
+    assert len(set(colours)) == 18 and all(scale[2 * s + 1][1] == colours[s] for s in range(18))
+    assert "text" not in fig["data"][0] and "hover a GPU for its ranks" in fig["layout"]["title"]["text"]
+    assert "label = rank" in charts.placement_map(ANSWER)["layout"]["title"]["text"]
+
+
 def test_with_context_parallelism_each_gpu_is_labelled_with_its_cp_rank():
     answer = copy.deepcopy(ANSWER)
     for c in answer["placement_map"]["cells"]:  # TP 4 x CP 2 in each node: TP and DP alone repeat
