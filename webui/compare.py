@@ -11,13 +11,12 @@ import uuid
 from typing import Any, Callable
 
 from planner.spec import SECTIONS
-from planner.whatif.goal import SECONDS_PER_DAY
 
 from .charts import (MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, fabric_label, legend_below, memory_breakdown,
                      plotly_text, step_time_breakdown)
 from .forms import field_label
 from .models import Plan
-from .templatetags.planner_format import percent
+from .templatetags.planner_format import duration, percent
 
 MIN_PLANS, MAX_PLANS = 2, 4
 IN_TITLE = ("model", "GPUs", "GPU")  # the request rows a plan's title names (Plan.title)
@@ -179,16 +178,16 @@ SPEC_SECTIONS = {"model": ("model", "model"), "training": ("training", "training
 
 
 def _throughput_rows() -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
-    def days(b: dict[str, Any]) -> Any:
+    def time_to_train(b: dict[str, Any]) -> Any:  # as the plan page writes it ("7.5 s" was "8.68e-05" days)
         seconds = b.get("time_to_train_s")
-        return seconds / SECONDS_PER_DAY if isinstance(seconds, (int, float)) else None  # s / 86,400 s per day
+        return duration(seconds) if isinstance(seconds, (int, float)) else None
 
     def mfu(b: dict[str, Any]) -> Any:  # a percentage, as the plan and sweep pages show it
         return percent(b["mfu"]) if isinstance(b.get("mfu"), (int, float)) else None
     return [("layout", lambda b: b.get("label")), ("step time (s)", lambda b: b.get("step_time_s")),
             ("tokens/s", lambda b: b.get("tokens_per_s")), ("MFU (of the precision's peak)", mfu),
             ("memory per GPU (GiB)", lambda b: (b.get("memory_gib") or {}).get("total")),
-            ("time to train (days)", days), ("GPU-hours", lambda b: b.get("gpu_hours"))]
+            ("time to train", time_to_train), ("GPU-hours", lambda b: b.get("gpu_hours"))]
 
 
 def _time_parts(bests: list[dict[str, Any]]) -> list[str]:

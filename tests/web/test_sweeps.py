@@ -255,7 +255,10 @@ def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded
     assert "InfiniBand" in sections["Communication by fabric (total s per step, overlapped included)"] or \
         "NVLink" in sections["Communication by fabric (total s per step, overlapped included)"]
     assert {"weights", "activations", "total"} <= set(sections["Memory per GPU (GiB)"])
-    assert "time to train (days)" in sections["Throughput and time to train"]
+    # As the plan page writes it: "7.5 s" was "8.68e-05" days.
+    trains = [p.result["plans"][0].get("time_to_train_s") for p in (a, b)]
+    assert sections["Throughput and time to train"]["time to train"]["cells"] == [
+        duration(t) if t is not None else "–" for t in trains]
     # MFU reads as on the plan and sweep pages: a percentage, not a fraction.
     assert sections["Throughput and time to train"]["MFU (of the precision's peak)"]["cells"] == [
         f"{p.result['plans'][0]['mfu'] * 100:.1f}%" for p in (a, b)]
