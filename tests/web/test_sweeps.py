@@ -238,14 +238,14 @@ def test_a_gpu_price_is_optional_and_bounded(seeded):
 # Compare
 
 
-def finished_plans(client, count: int) -> list[Plan]:
-    code = post(client, {"base": BASE, "vary": {"cluster.num_gpus": [64, 128, 256, 512][:count]}}).json()["code"]
+def finished_plans(client, count: int, base: dict[str, Any] = BASE) -> list[Plan]:
+    code = post(client, {"base": base, "vary": {"cluster.num_gpus": [64, 128, 256, 512][:count]}}).json()["code"]
     run_plans(code)
     return [s.plan for s in SweepScenario.objects.filter(sweep__code=code).select_related("plan")]
 
 
 def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded):
-    a, b = finished_plans(client, 2)
+    a, b = finished_plans(client, 2, base={**BASE, "training": {**BASE["training"], "tokens": 1e12}})
     response = client.get(f"/compare/?plans={a.code},{b.code}")
     assert response.status_code == 200
     sections = {s["title"]: {r["label"]: r for r in s["rows"]} for s in response.context["sections"]}
@@ -257,8 +257,8 @@ def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded
     assert {"weights", "activations", "total"} <= set(sections["Memory per GPU (GiB)"])
     # As the plan page writes it: "7.5 s" was "8.68e-05" days.
     trains = [p.result["plans"][0].get("time_to_train_s") for p in (a, b)]
-    assert sections["Throughput and time to train"]["time to train"]["cells"] == [
-        duration(t) if t is not None else "–" for t in trains]
+    assert all(trains) and sections["Throughput and time to train"]["time to train"]["cells"] == [
+        duration(t) for t in trains]
     # MFU reads as on the plan and sweep pages: a percentage, not a fraction.
     assert sections["Throughput and time to train"]["MFU (of the precision's peak)"]["cells"] == [
         f"{p.result['plans'][0]['mfu'] * 100:.1f}%" for p in (a, b)]
