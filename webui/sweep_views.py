@@ -63,7 +63,8 @@ def sweep_detail(request: HttpRequest, code: str) -> HttpResponse:
 @require_safe
 def sweep_csv(request: HttpRequest, code: str) -> HttpResponse:
     sweep = get_object_or_404(Sweep, code=code)
-    response = HttpResponse(sweeps.sweep_csv(sweep=sweep), content_type="text/csv; charset=utf-8")
+    site = request.build_absolute_uri("/").rstrip("/")
+    response = HttpResponse(sweeps.sweep_csv(sweep=sweep, site=site), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="sweep-{sweep.code}.csv"'
     return response
 
@@ -110,4 +111,7 @@ def api_sweep(request: HttpRequest, code: str) -> JsonResponse:
     data: dict[str, Any] = sweeps.sweep_as_dict(sweep=sweep)
     data["url"] = request.build_absolute_uri(data["url"])
     data["csv"] = request.build_absolute_uri(reverse("sweep-csv", args=[sweep.code]))
+    for row in data["scenarios"]:  # whole addresses, as the sweep's and a plan's own (`best` is one of these rows)
+        if row.get("url"):
+            row["url"] = request.build_absolute_uri(row["url"])
     return JsonResponse(data)

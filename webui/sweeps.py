@@ -211,14 +211,17 @@ def sweep_status(rows: list[dict[str, Any]]) -> str:
     return "running" if any(s != Plan.Status.QUEUED for s in statuses) else "queued"
 
 
-def sweep_csv(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None) -> str:
-    """The scenario rows as CSV: one column per axis, then the figures (empty where unknown)."""
+def sweep_csv(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None, site: str = "") -> str:
+    """The scenario rows as CSV: one column per axis, then the figures (empty where unknown). `site`
+    ("http://host:8000") makes each plan's `url` a whole address, as the API gives it: a spreadsheet has no page
+    to resolve "/plans/..." against."""
     rows = sweep_rows(sweep=sweep) if rows is None else rows
     axes = sweep.axes
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow([*axes, *ROW_FIELDS])
     for row in rows:
+        row = {**row, "url": site + row["url"]} if row.get("url") else row
         cells = [_cell(row["values"].get(a)) for a in axes] + [_cell(row.get(f)) for f in ROW_FIELDS]
         writer.writerow(cells)
     return out.getvalue()

@@ -149,12 +149,14 @@ def test_a_finished_sweep_reports_time_cost_goal_and_the_cheapest_scenario(clien
     # Every figure the API gives a scenario, the node and the plan's link included (they were missing).
     header = dict(zip(rows[0], rows[1]))
     assert header["node"] == data["scenarios"][0]["node"] == "DGX H100"
-    assert header["url"] == data["scenarios"][0]["url"] == f"/plans/{data['scenarios'][0]['plan']}/"
+    # Whole addresses: a spreadsheet has no page to resolve "/plans/..." against.
+    assert header["url"] == data["scenarios"][0]["url"] == f"http://testserver/plans/{data['scenarios'][0]['plan']}/"
 
     page = client.get(f"/sweeps/{code}/").content.decode()
     for chart in ("time-vs-gpus", "cost-vs-time", "mfu-heatmap"):
         assert f'id="chart-{chart}"' in page
     assert f'href="/plans/{h100["plan"]}/"' in page and 'id="sweep-best"' in page
+    assert "goal: 1T tokens within 60 days" in page  # "60.0 days"
 
 
 def test_a_scenario_with_no_feasible_layout_says_so_in_the_table(client, seeded):
