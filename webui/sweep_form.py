@@ -53,7 +53,8 @@ class SweepForm(forms.Form):
     gpus = forms.MultipleChoiceField(label="GPU types", help_text="Choose one or more (Ctrl/Cmd-click).")
     nodes = forms.MultipleChoiceField(label="Node types", help_text="Each GPU type is tried in each node type.")
     fabrics = forms.MultipleChoiceField(label="Fabrics", help_text="Choose one or more.")
-    num_gpus = forms.CharField(label="GPU counts", max_length=400,
+    # Room for every count a sweep may hold (1,024 scenarios): 400 characters cut a pasted list mid-number.
+    num_gpus = forms.CharField(label="GPU counts", max_length=10_000,
                                help_text="A list, e.g. 256, 512, 1024: multiples of the node's GPUs.")
     precisions = forms.MultipleChoiceField(label="Precisions", choices=[(p, p) for p in PRECISIONS],
                                            widget=forms.CheckboxSelectMultiple)

@@ -131,7 +131,9 @@ def _axes(vary: Any, errors: list[FieldError]) -> dict[str, list[Any]]:
         elif not isinstance(values, list) or not values:
             errors.append(FieldError(field, "must be a non-empty list of values"))
         elif len({_key(v) for v in values}) != len(values):
-            errors.append(FieldError(field, "lists a value twice"))
+            keys = [_key(v) for v in values]
+            twice = next(v for i, v in enumerate(values) if keys[i] in keys[:i])
+            errors.append(FieldError(field, f"lists {_short(twice)} twice"))  # which, in a list of hundreds
         else:
             axes[path] = values
     total = math.prod(len(v) for v in axes.values())

@@ -67,7 +67,7 @@ def test_an_unknown_path_an_empty_list_and_a_repeat_are_each_named(catalog):
                        catalog)
     assert "unknown path" in errors["vary.cluster.gpus"][0]
     assert errors["vary.training.precision"] == ["must be a non-empty list of values"]
-    assert errors["vary.cluster.num_gpus"] == ["lists a value twice"]
+    assert errors["vary.cluster.num_gpus"] == ["lists 256 twice"]
 
 
 def test_an_unknown_catalog_name_on_an_axis_is_named(catalog):

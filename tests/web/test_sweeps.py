@@ -18,6 +18,7 @@ from django.test import Client
 from planner.units import duration
 
 from webui import services, sweeps
+from webui.sweep_form import SweepForm
 from webui.models import GPUType, Plan, Sweep, SweepScenario
 
 pytestmark = pytest.mark.django_db
@@ -198,6 +199,13 @@ def test_the_sweep_form_makes_a_sweep_and_puts_errors_beside_their_fields(client
     assert "must be a number" in errors["deadline_days"][0]
     assert 'data-field="num_gpus"' in response.content.decode()
     assert Sweep.objects.count() == 1
+    # A long pasted list of GPU counts is read whole (the box held 400 characters and cut it mid-number), and a
+    # repeat is named.
+    counts = ", ".join(str(8 * i) for i in range(1, 200))
+    form = SweepForm({**fields, "num_gpus": counts + ", 16"}, catalog=services.catalog_as_dict())
+    assert form.is_valid() and form.payload["vary"]["cluster.num_gpus"][-1] == 16 and len(counts) > 400
+    errors = client.post("/sweeps/new/", {**fields, "num_gpus": counts + ", 16"}).context["form"].errors
+    assert errors["num_gpus"] == ["lists 16 twice"], errors
     # A fabric renamed in the admin while the page was open is said so and stays chosen, marked; it was dropped
     # from the list ("Select a valid choice"), and the page posted again swept the other fabric alone.
     response = client.post("/sweeps/new/", {**fields, "fabrics": ["NDR InfiniBand fat tree", "Old fabric"]})
