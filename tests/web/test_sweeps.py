@@ -10,6 +10,7 @@ import html
 import io
 import json
 import math
+import re
 from typing import Any
 
 import pytest
@@ -158,6 +159,9 @@ def test_a_finished_sweep_reports_time_cost_goal_and_the_cheapest_scenario(clien
         assert f'id="chart-{chart}"' in page
     assert f'href="/plans/{h100["plan"]}/"' in page and 'id="sweep-best"' in page
     assert "goal: 1T tokens within 60 days" in page  # "60.0 days"
+    # Each scenario's compare box names its scenario (all six said "compare this scenario").
+    labels = re.findall(r'name="plans" value="[^"]+" aria-label="([^"]+)"', page)
+    assert len(labels) == 6 and len(set(labels)) == 6 and labels[0].startswith("compare scenario 1: "), labels
 
 
 def test_a_scenario_with_no_feasible_layout_says_so_in_the_table(client, seeded):
@@ -260,6 +264,10 @@ def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded
     assert response.status_code == 200
     sections = {s["title"]: {r["label"]: r for r in s["rows"]} for s in response.context["sections"]}
     assert sections["Request"]["GPUs"] == {"label": "GPUs", "cells": ["64", "128"], "differs": True}
+    # For a screen reader: a caption, row headers, and "differs" said in words (it was a background colour).
+    page = response.content.decode()
+    assert '<caption class="visually-hidden">The 2 plans side by side' in page
+    assert '<tr class="differs"><th scope="row">GPUs <span class="visually-hidden">(differs)</span></th>' in page
     assert sections["Request"]["model"]["differs"] is False
     assert sections["Best layout"]["dp"]["cells"] == [str(p.result["plans"][0]["layout"]["dp"]) for p in (a, b)]
     assert "InfiniBand" in sections["Communication by fabric (total s per step, overlapped included)"] or \
