@@ -90,31 +90,41 @@ def _table(rows: list[tuple[str, Callable[[Any], Any]]], source: list[Any]) -> l
 
 def compare_figures(*, plans: list[Plan]) -> dict[str, Figure]:
     """The plan page's step-time and memory charts, one bar per plan (its best layout) instead of per layout."""
-    labels = _chart_labels(plans)
+    labels, shared = _chart_labels(plans)
     bests = [dict(_best(plan), rank=i + 1, label=label) for i, (plan, label) in enumerate(zip(plans, labels))
              if _best(plan)]
     result = {"plans": bests}
     figures = {"step-time": step_time_breakdown(result), "memory": memory_breakdown(result)}
     titles = {"step-time": "Step time breakdown, best layout of each plan",
               "memory": "Memory per GPU against capacity, best layout of each plan"}
-    shared = {plan.title for plan in plans}
     for name, fig in figures.items():
         if fig is not None:
-            fig["layout"]["title"]["text"] = titles[name] + (f": {plotly_text(plans[0].title)}"
-                                                             if len(shared) == 1 and len(plans) > 1 else "")
+            fig["layout"]["title"]["text"] = titles[name] + (f": {plotly_text(shared)}" if shared else "")
     # The legend below the axis as on the plan page: beside a chart of 2-4 bars it would need a scroll bar.
     return {name: legend_below(fig) for name, fig in figures.items() if fig is not None}
 
 
-def _chart_labels(plans: list[Plan]) -> list[str]:
-    """Each plan's title (left out where every plan has the same one: the chart's title says it) with as few of the
-    request values that tell it from the others as that takes, in the table's order ("..., global batch 2,048"):
-    plans of one sweep often share their title, and a chart's bars must say which is which without a label so
-    long that the bars shrink to nothing."""
+def _chart_labels(plans: list[Plan]) -> tuple[list[str], str]:
+    """Each plan's title (less the words every plan's title starts with, which the chart's title says: all of it
+    where every plan has the same one) with as few of the request values that tell it from the others as that
+    takes, in the table's order ("..., global batch 2,048"): plans of one sweep often share their title, and a
+    chart's bars must say which is which without a label so long that the bars shrink to nothing. Returns the
+    labels and what the chart's title adds ("" for none)."""
     titles = [plan.title for plan in plans]
     # One title for all: the bars say only what differs ("global batch 2,048, pinned: TP 2"); the shared title
-    # came first and was all a phone's shortened label kept.
-    labels = [""] * len(plans) if len(set(titles)) == 1 and len(plans) > 1 else titles
+    # came first and was all a phone's shortened label kept. Titles that differ only after shared words ("Llama 3
+    # 70B on 512 × H100 ..." and "... × A100 ...") lose those words: a phone kept "#1 Llama 3 70B on…" of each.
+    if len(plans) < 2:
+        labels, shared = titles, ""
+    elif len(set(titles)) == 1:
+        labels, shared = [""] * len(plans), titles[0]
+    else:
+        words = [title.split(" ") for title in titles]
+        lead = 0
+        while all(len(w) > lead + 1 for w in words) and len({w[lead] for w in words}) == 1:
+            lead += 1
+        labels = [" ".join(w[lead:]) for w in words]
+        shared = " ".join(words[0][:lead]) + " …" if lead else ""
     for row in _table(_request_rows(plans), plans):
         tied = [[i for i, other in enumerate(labels) if other == label] for label in set(labels)]
         tied = [group for group in tied if len(group) > 1]
@@ -124,7 +134,7 @@ def _chart_labels(plans: list[Plan]) -> list[str]:
         # ~700 characters whose one telling difference ("pinned: TP") came last and was cut off.
         if row["label"] not in ("status", *IN_TITLE) and any(len({row["cells"][i] for i in g}) > 1 for g in tied):
             labels = [f"{label}, {row['label']} {row['cells'][i]}".lstrip(", ") for i, label in enumerate(labels)]
-    return [label or title for label, title in zip(labels, titles, strict=True)]
+    return [label or title for label, title in zip(labels, titles, strict=True)], shared
 
 
 def _best(plan: Plan) -> dict[str, Any]:
