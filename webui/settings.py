@@ -166,7 +166,7 @@ WHITENOISE_USE_FINDERS = DEBUG
 
 # Request bodies: the JSON API reads them whole, and a spec is a few kilobytes.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # planner.jsonio.MAX_BYTES, the CLI's bound too
-DATA_UPLOAD_MAX_NUMBER_FIELDS = 200  # the plan form has about 70
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 200  # the plan form has about 100 (98 fields and its CSRF token)
 
 # ---------------------------------------------------------------------------------------------------------
 # Celery: the filesystem broker under var/ unless CELERY_BROKER_URL says otherwise. Results live in the Plan

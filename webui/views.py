@@ -168,7 +168,7 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     elif isinstance(exception, TooManyFieldsSent):
         heading, status = "Too many fields", 400
         message = f"The request has more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} form fields (the plan form " \
-                  f"has about 70)."
+                  f"has about 100)."
     else:
         heading, message, status = "Bad request", "The request could not be read.", 400
     if request.path.startswith("/api/"):

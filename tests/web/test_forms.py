@@ -28,6 +28,11 @@ def post_data(catalog, **changes: Any) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
 
+def test_the_form_stays_well_within_the_field_bound(catalog, settings):
+    # A page that says "more than 200 form fields (the plan form has about 100)" must stay true as fields are added.
+    assert 80 <= len(PlanForm(catalog=catalog).fields) + 1 <= 120 < settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+
+
 def test_the_defaults_are_llama3_70b_on_512_h100s(catalog):
     form = PlanForm(post_data(catalog), catalog=catalog)
     assert form.is_valid(), form.errors

@@ -102,7 +102,7 @@ def test_request_bodies_are_bounded(client, seeded):
     assert "The request has more than 200 form fields" in too_many.content.decode()
     api = client.post("/api/plans?" + "&".join(f"f{i}=1" for i in range(300)), "{}", content_type="application/json")
     assert api.status_code == 400
-    assert api.json()["errors"]["request"] == ["The request has more than 200 form fields (the plan form has about 70)."]
+    assert api.json()["errors"]["request"] == ["The request has more than 200 form fields (the plan form has about 100)."]
 
 
 def test_plan_urls_are_random_uuids_never_row_numbers(client, seeded, small_spec):
