@@ -41,4 +41,4 @@ def count(value: Any) -> str:
     for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
         if abs(x) >= scale:
             return f"{x / scale:.3g}{suffix}"
-    return f"{round(x):,}"
+    return f"{round(x):,}" if x == round(x) else number(x)  # 1.5 tokens: "1.5", not "2"

@@ -11,6 +11,8 @@ import math
 from collections import Counter
 from typing import Any
 
+from plotly.colors import qualitative
+
 from planner.placement import FABRIC_NAMES
 
 Figure = dict[str, Any]
@@ -251,10 +253,13 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
 
 
 def _stage_colour(stage: int, stages: int) -> str:
-    """Pipeline stage `stage` of `stages`: the palette's colours while they last; past ten stages, hues spread by
-    the golden ratio, so that no two stages share a colour (stages 0 and 10 were both blue) and neighbours differ."""
+    """Pipeline stage `stage` of `stages`: the palette's colours while they last, then Plotly's 24 qualitative
+    "Dark24" colours (stages 0 and 10 were both blue); past 24 stages, hues spread by the golden ratio at three
+    lightnesses, so that no two stages share a colour and neighbours differ."""
     if stages <= len(PALETTE):
         return PALETTE[stage]
+    if stages <= len(qualitative.Dark24):
+        return qualitative.Dark24[stage]
     return f"hsl({round(stage * 222.4922) % 360}, 62%, {52 + 8 * (stage % 3) - 8}%)"
 
 

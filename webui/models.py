@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator
 from django.db import models
 from django.urls import reverse
 from django.utils import timezone
@@ -125,6 +124,9 @@ def section_errors(section: str, fields: dict[str, Any]) -> dict[str, list[str]]
     return {}
 
 
+PRICE_MAX = 10_000  # USD per GPU-hour: past any list price by far
+
+
 class GPUType(CatalogRow):
     SECTION = "gpu"
     CATALOG_ONLY = ("price_per_gpu_hour_usd",)
@@ -137,7 +139,7 @@ class GPUType(CatalogRow):
     sm_count = models.PositiveIntegerField(default=132)
     # Catalog only, not a spec field: the engine never sees it. Sweeps read it for a scenario's cost (goal-seeking).
     price_per_gpu_hour_usd = models.FloatField(
-        null=True, blank=True, validators=[MaxValueValidator(10_000)],  # more than 0: row_errors
+        null=True, blank=True,  # more than 0 and at most PRICE_MAX: row_errors, in the engine's words
         verbose_name="price per GPU-hour (USD)",
         help_text="Optional: what one GPU-hour costs you, for sweeps' cost and budget. Say where it comes from "
                   "(and when) in the source notes. Empty: sweeps rank by GPU-hours.")
@@ -157,6 +159,9 @@ class GPUType(CatalogRow):
     def row_errors(self) -> dict[str, list[str]]:
         # A price of 0 would make every scenario on this GPU free, and a sweep's cheapest pick a tie.
         price = self.price_per_gpu_hour_usd  # full_clean runs this after a field's own error too ("abc")
+        if isinstance(price, (int, float)) and not isinstance(price, bool) and price > PRICE_MAX:
+            # Django's "Ensure this value is less than or equal to 10000." where every other message says "must"
+            return {"price_per_gpu_hour_usd": [f"must be at most {PRICE_MAX:,} USD a GPU-hour (got {price:g})"]}
         if isinstance(price, (int, float)) and not isinstance(price, bool) and price <= 0:  # -1 said ">= 0" too
             return {"price_per_gpu_hour_usd": ["must be more than 0: leave it empty when you have no price"]}
         return {}

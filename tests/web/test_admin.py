@@ -80,6 +80,8 @@ def test_a_price_of_zero_is_refused_and_an_empty_one_is_no_price(staff):
     # A negative one is said alike: "greater than or equal to 0" was wrong, as 0 is refused too.
     page = add_gpu(staff, "Owed", price_per_gpu_hour_usd="-1").content.decode()
     assert "must be more than 0: leave it empty" in page and "greater than or equal to" not in page
+    page = add_gpu(staff, "Dear", price_per_gpu_hour_usd="1e30").content.decode()  # in the engine's words too
+    assert "must be at most 10,000 USD a GPU-hour (got 1e+30)" in page and "Ensure this value" not in page
     constants = {"gemm_efficiency": "0.8", "fp8_gemm_efficiency": "0.72", "sustained_clock": "1.0",
                  "hbm_efficiency": "0.85", "kernel_overhead_us": "4", "attention_efficiency": "0.55"}
     assert add_gpu(staff, "Unpriced", price_per_gpu_hour_usd="", **constants).status_code == 302

@@ -14,8 +14,9 @@ def test_durations_read_in_the_largest_sensible_unit(seconds, text):
     assert fmt.duration(seconds) == text
 
 
+# 1.5 tokens read "2".
 @pytest.mark.parametrize("value,text", [(15e12, "15T"), (1e12, "1T"), (2.1e9, "2.1B"), (45000, "45,000"),
-                                        ("x", "–")])
+                                        (1.5, "1.5"), (1.0, "1"), ("x", "–")])
 def test_counts_read_as_people_say_them(value, text):
     assert fmt.count(value) == text
 

@@ -499,6 +499,12 @@ def test_one_clients_unfinished_scenarios_are_bounded_and_others_still_get_their
     finished = SweepScenario.objects.filter(sweep__client="127.0.0.1", plan__status="done").count()
     assert finished >= 2 and page["Retry-After"] == str(math.ceil(600 / finished))
     assert f"that is in about {duration(math.ceil(600 / finished))}." in page.content.decode()
+    # A sweep over the limit alone never fits, however long one waits: no Retry-After (a client that honoured it
+    # asked forever), and the words say so.
+    alone = post(client, {"base": BASE, "vary": {"training.global_batch": [512, 768, 1024, 1280]}})  # new requests
+    assert alone.status_code == 429 and "Retry-After" not in alone
+    assert alone.json()["errors"]["sweep"][0].endswith("This sweep alone is more than that: vary fewer values, or "
+                                                       "split it.")
     # Behind a proxy, the header it sets names the client.
     settings.CLIENT_ADDRESS_HEADER = "X-Real-IP"
     assert client.post("/api/sweeps", json.dumps(two), content_type="application/json",
