@@ -165,10 +165,16 @@ def plan_store(*, plan: Plan, token: uuid.UUID, **fields: Any) -> Plan:
     """Record a claimed plan's outcome (status, result or error, ...) if it still holds the lease."""
     stored = Plan.objects.filter(pk=plan.pk, status=Plan.Status.RUNNING, lease_token=token).update(
         lease_token=None, lease_expires_at=None, finished_at=timezone.now(), **fields)
+    try:
+        plan.refresh_from_db()
+    except Plan.DoesNotExist:
+        # Deleted in the admin while it was searched: nothing to store (reading the row back raised DoesNotExist,
+        # an ERROR with a traceback in the worker's log, after a warning that blamed a lapsed lease).
+        logger.info("plan %s was deleted during its search; its answer is dropped", plan.pk)
+        return plan
     if not stored:
         logger.warning("plan %s: the lease lapsed before the answer was stored; another worker has the plan",
                        plan.code)
-    plan.refresh_from_db()
     return plan
 
 

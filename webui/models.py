@@ -383,3 +383,6 @@ class SweepScenario(models.Model):
     class Meta:
         ordering = ["position"]
         constraints = [models.UniqueConstraint(fields=["sweep", "position"], name="sweep_scenario_position")]
+
+    def __str__(self) -> str:  # the admin's "Cannot delete plan" page listed "SweepScenario object (201)"
+        return f"scenario {self.position + 1} of sweep {self.sweep.code}"

@@ -6,7 +6,7 @@ import json
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from webui.models import GPUType, Plan
+from webui.models import GPUType, Plan, Sweep, SweepScenario
 
 pytestmark = pytest.mark.django_db
 
@@ -132,3 +132,12 @@ def test_plans_are_read_only_in_the_admin(staff):
     plan.refresh_from_db()
     assert plan.status == "done"
     assert staff.get("/admin/webui/plan/add/").status_code == 403
+
+
+def test_a_plan_a_sweep_holds_names_the_scenario_that_keeps_it(staff):
+    # The "Cannot delete plan" page listed "SweepScenario object (201)".
+    plan = Plan.objects.create(spec={"model": {"name": "x"}}, spec_hash="x", status="done", result={})
+    sweep = Sweep.objects.create(base={}, vary={}, axes=[])
+    SweepScenario.objects.create(sweep=sweep, position=0, values={}, plan=plan)
+    page = staff.get(f"/admin/webui/plan/{plan.pk}/delete/").content.decode()
+    assert f"scenario 1 of sweep {sweep.code}" in page and "SweepScenario object" not in page

@@ -161,6 +161,18 @@ def test_a_duplicate_delivery_does_not_search(queued, monkeypatch):
     assert plan.status == "running" and plan.attempts == 1
 
 
+def test_a_plan_deleted_during_its_search_drops_its_answer_quietly(queued, caplog):
+    # Deleted in the admin mid-search: the store raised DoesNotExist (an ERROR and a traceback in the worker's log)
+    # after a warning that blamed a lapsed lease.
+    plan, token = delivery.plan_claim(plan_id=queued.pk)
+    Plan.objects.filter(pk=plan.pk).delete()
+    with caplog.at_level(logging.INFO, logger="webui.delivery"):
+        kept = delivery.plan_store(plan=plan, token=token, status="done", result={"plans": []})
+    assert kept is plan and not Plan.objects.exists()
+    assert [r.getMessage() for r in caplog.records] == [f"plan {plan.pk} was deleted during its search; its answer "
+                                                        "is dropped"]
+
+
 def test_a_worker_that_lost_its_lease_cannot_store_its_answer(queued):
     plan, stale = delivery.plan_claim(plan_id=queued.pk)
     Plan.objects.filter(pk=plan.pk).update(lease_expires_at=ago(1))
