@@ -164,7 +164,7 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     """A request Django refuses before any view reads it (settings: DATA_UPLOAD_MAX_MEMORY_SIZE and
     DATA_UPLOAD_MAX_NUMBER_FIELDS): said as such, where Django's own page said "Bad Request (400)" and nothing more."""
     if isinstance(exception, RequestDataTooBig):
-        heading, message, status = "Too large", jsonio.TOO_LARGE.replace("is", "The request is", 1) + ".", 413
+        heading, message, status = "Too large", f"The request {jsonio.TOO_LARGE}.", 413
     elif isinstance(exception, TooManyFieldsSent):
         heading, status = "Too many fields", 400
         message = f"The request has more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} form fields (the plan form " \
