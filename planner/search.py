@@ -20,7 +20,7 @@ from .compute import LayerTimes, Shard, layer_times
 from .memory import GIB, RECOMPUTE_CODES, Layouts, memory_per_gpu
 from .model import ParamCount, param_count
 from .placement import Placement, PlacementRejected, ep_across_stages, place
-from .spec import RANK_ORDERS, RECOMPUTE, PlanSpec
+from .spec import RANK_ORDERS, RECOMPUTE, PlanSpec, quantity
 from .steptime import group_columns, step_times
 
 # Micro-batches searched: up to 64 sequences, or more while a micro-batch holds at most 131,072 tokens (64 of
@@ -123,8 +123,7 @@ def cp_reason(spec: PlanSpec, cp: int) -> tuple[str, str] | None:
 def dp_reason(spec: PlanSpec, dp: int) -> tuple[str, str] | None:
     b = spec.training.global_batch
     if b % dp:
-        return "dp_does_not_divide_batch", (f"DP={dp} does not divide the global batch of {b} "
-                                            f"sequence{'s' if b != 1 else ''}")
+        return "dp_does_not_divide_batch", f"DP={dp} does not divide the global batch of {quantity(b, 'sequences')}"
     return None
 
 
@@ -169,8 +168,8 @@ def inner_reason(spec: PlanSpec, tp: int, pp: int, dp: int, ep: int, mb: int, vp
     Recomputation, ZeRO stage and rank order break none of them."""
     m, b = spec.model, spec.training.global_batch
     if (b // dp) % mb:
-        return "micro_batch_does_not_divide", (f"micro-batch {mb} does not divide the {b // dp} "
-                                               f"sequence{'s' if b // dp != 1 else ''} per replica")
+        return "micro_batch_does_not_divide", (f"micro-batch {mb} does not divide the "
+                                               f"{quantity(b // dp, 'sequences')} per replica")
     ranks = spec.cluster.num_gpus // pp
     if ep > 1 and (not m.is_moe or m.experts % ep or ranks % ep):
         return "ep_invalid", f"EP={ep} must divide the {m.experts} experts and the {ranks} TP·CP·DP ranks of a stage"

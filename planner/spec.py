@@ -565,7 +565,7 @@ def _coerce(f: Field, value: Any, path: str, errs: _Collector) -> Any:
         # An integer too large for a float (JSON allows any number of digits), or Infinity.
         bound = f.hi if number > 0 else f.lo
         side = "most" if number > 0 else "least"
-        errs.add(path, f"must be at {side} {_quantity(bound, f.unit)}" if bound is not None else "must be finite")
+        errs.add(path, f"must be at {side} {quantity(bound, f.unit)}" if bound is not None else "must be finite")
         return None
     if f.kind is int:
         if number != math.floor(number):
@@ -573,16 +573,16 @@ def _coerce(f: Field, value: Any, path: str, errs: _Collector) -> Any:
             return None
         number = int(number)
     if f.lo is not None and number < f.lo:
-        errs.add(path, f"must be at least {_quantity(f.lo, f.unit)} (got {fmt_number(number)})")
+        errs.add(path, f"must be at least {quantity(f.lo, f.unit)} (got {fmt_number(number)})")
         return None
     if f.hi is not None and number > f.hi:
-        errs.add(path, f"must be at most {_quantity(f.hi, f.unit)} (got {fmt_number(number)})")
+        errs.add(path, f"must be at most {quantity(f.hi, f.unit)} (got {fmt_number(number)})")
         return None
     return number
 
 
-def _quantity(bound: float, unit: str) -> str:
-    """A bound with its unit, a count noun in the singular for one ("1 sequence", "2 sequences")."""
+def quantity(bound: float, unit: str) -> str:
+    """A bound (or any count) with its unit, a count noun in the singular for one ("1 sequence", "2 sequences")."""
     if not unit:
         return fmt_number(bound)
     return f"{fmt_number(bound)} {unit[:-1] if bound == 1 and unit in ('sequences', 'tokens') else unit}"
