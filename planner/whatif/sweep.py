@@ -130,10 +130,8 @@ def _axes(vary: Any, errors: list[FieldError]) -> dict[str, list[Any]]:
                                             "cluster.gpu.*, cluster.node.*, cluster.fabric.* fields)"))
         elif not isinstance(values, list) or not values:
             errors.append(FieldError(field, "must be a non-empty list of values"))
-        elif len({_key(v) for v in values}) != len(values):
-            keys = [_key(v) for v in values]
-            twice = next(v for i, v in enumerate(values) if keys[i] in keys[:i])
-            errors.append(FieldError(field, f"lists {_short(twice)} twice"))  # which, in a list of hundreds
+        elif (twice := _first_repeat(values)) is not None:
+            errors.append(FieldError(field, f"lists {_short(values[twice])} twice"))  # which, in a list of hundreds
         else:
             axes[path] = values
     total = math.prod(len(v) for v in axes.values())
@@ -238,6 +236,17 @@ def _deduplicated(errors: list[FieldError]) -> list[FieldError]:
         if len(messages) > MAX_MESSAGES_PER_FIELD:
             out.append(FieldError(field, f"and {len(messages) - MAX_MESSAGES_PER_FIELD} more scenarios like these"))
     return out
+
+
+def _first_repeat(values: list[Any]) -> int | None:
+    """The index of the first value that repeats an earlier one (as JSON), or None."""
+    seen: set[str] = set()
+    for i, value in enumerate(values):
+        key = _key(value)
+        if key in seen:
+            return i
+        seen.add(key)
+    return None
 
 
 def _key(value: Any) -> str:
