@@ -5,8 +5,9 @@ broker's safer transport, webui/broker.py):
 - each pool process caps its address space (PLAN_MEMORY_LIMIT_MB), so a search that would exhaust the machine
   fails with MemoryError instead;
 - a timer runs `delivery.plans_recover` every PLAN_RECOVER_EVERY_S (and once soon after start): the leases of the
-  searches in hand renewed (`delivery.leases_renew`), lapsed leases back to the queue, the outbox sent. It talks to the database and the broker directly, so it works while
-  messages are being lost, and any number of workers may run it at once;
+  searches in hand renewed (`delivery.leases_renew`), lapsed leases back to the queue, the outbox sent. It talks
+  to the database and the broker directly, so it works while messages are being lost, and any number of workers
+  may run it at once;
 - a cold shutdown (SIGQUIT, what `make run` sends on Ctrl-C) stops every search in hand at once
   (`stop_searches_first`), and each gives its plan back to the queue on its way out.
 """

@@ -26,10 +26,6 @@ FABRIC_COLOURS = {"nvlink": "#76b900", "infiniband": "#1f5fa8", "roce": "#8e44ad
                   "efa": "#d35400", "pcie": "#7f8c8d"}
 # A collective's fabrics (time_by_fabric_s keys: the fabric kinds, NVLink and PCIe) as the pages name them.
 FABRIC_LABELS = {"nvlink": "NVLink", "pcie": "PCIe", **FABRIC_NAMES}
-
-
-def fabric_label(kind: str) -> str:
-    return FABRIC_LABELS.get(kind, kind)
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6",
            "#9d755d", "#bab0ac")
 MAX_PLANS_CHARTED = 10
@@ -96,6 +92,10 @@ def legend_below(fig: Figure) -> Figure:
 
 def _plans(result: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in (result.get("plans") or [])[:MAX_PLANS_CHARTED] if isinstance(p, dict)]
+
+
+def fabric_label(kind: str) -> str:
+    return FABRIC_LABELS.get(kind, kind)
 
 
 def plotly_text(text: Any) -> str:
@@ -264,9 +264,9 @@ def _stage_colour(stage: int, stages: int) -> str:
 
 
 def _shown_part(result: dict[str, Any], cells: list[dict[str, Any]], total: int) -> str:
-    """Which GPUs of `total` a sampled map holds (planner.placement._shown_gpus: the first whole nodes of up to four pipeline
-    stages, then the nodes after them): "the first 64 of each of the 4 pipeline stages", "all of pipeline stages
-    0-7 of 16"."""
+    """Which GPUs of `total` a sampled map holds (planner.placement._shown_gpus: the first whole nodes of up to four
+    pipeline stages, then the nodes after them): "the first 64 of each of the 4 pipeline stages", "all of pipeline
+    stages 0-7 of 16"."""
     plans = result.get("plans") or [{}]
     pp = int(((plans[0] if isinstance(plans[0], dict) else {}).get("layout") or {}).get("pp") or 1)
     if pp <= 1:

@@ -159,10 +159,12 @@ class GPUType(CatalogRow):
     def row_errors(self) -> dict[str, list[str]]:
         # A price of 0 would make every scenario on this GPU free, and a sweep's cheapest pick a tie.
         price = self.price_per_gpu_hour_usd  # full_clean runs this after a field's own error too ("abc")
-        if isinstance(price, (int, float)) and not isinstance(price, bool) and price > PRICE_MAX:
+        if not isinstance(price, (int, float)) or isinstance(price, bool):
+            return {}
+        if price > PRICE_MAX:
             # Django's "Ensure this value is less than or equal to 10000." where every other message says "must"
             return {"price_per_gpu_hour_usd": [f"must be at most {PRICE_MAX:,} USD a GPU-hour (got {price:g})"]}
-        if isinstance(price, (int, float)) and not isinstance(price, bool) and price <= 0:  # -1 said ">= 0" too
+        if price <= 0:  # -1 said ">= 0" too
             return {"price_per_gpu_hour_usd": ["must be more than 0: leave it empty when you have no price"]}
         return {}
 

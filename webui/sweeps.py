@@ -121,14 +121,15 @@ def _within_quota(sweep: Sweep) -> None:
     if adding and before + adding > limit:
         # Waiting helps only if this sweep fits once earlier ones finish: one over the limit alone never will (a
         # client that honoured Retry-After would ask forever).
-        wait = _quota_wait_s(sweep.client, before + adding - limit) if adding <= limit else None
+        if adding > limit:
+            advice, wait = "This sweep alone is more than that: vary fewer values, or split it.", None
+        else:
+            advice, wait = "Ask again once some have finished, or vary fewer values.", \
+                _quota_wait_s(sweep.client, before + adding - limit)
         when = f" At the pace your scenarios finished lately, that is in about {duration(wait)}." if wait else ""
         raise SweepQuotaExceeded(
             f"{before:,} scenarios of your earlier sweeps are still waiting or running, and this sweep adds "
-            f"{adding:,}: at most {limit:,} at a time. "
-            + ("Ask again once some have finished, or vary fewer values." if adding <= limit else
-               "This sweep alone is more than that: vary fewer values, or split it.")
-            + when, retry_after_s=wait)
+            f"{adding:,}: at most {limit:,} at a time. {advice}{when}", retry_after_s=wait)
 
 
 QUOTA_PACE_WINDOW_S = 600  # the recent past whose finished scenarios give a client's pace
