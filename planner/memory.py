@@ -87,6 +87,17 @@ def end_stage_layers(layers: int, pp: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return first, last
 
 
+def stage_split(layers: int, pp: int) -> list[int]:
+    """Every pipeline stage's layers, first to last, as stage_layers splits them (what the exports write): the
+    shortfall taken from the last stage, then the first, then middle stages from the back."""
+    n = -(-layers // pp)
+    split = [n] * pp
+    order = [pp - 1, 0] + list(range(pp - 2, 0, -1)) if pp > 1 else [0]
+    for stage in order[:pp * n - layers]:
+        split[stage] -= 1
+    return split
+
+
 @dataclass(frozen=True)
 class ParamsOnGPU:
     dense: np.ndarray     # parameters replicated across data parallelism (attention, dense MLPs, embeddings)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..memory import offloaded_layers, vp_group
+from ..memory import offloaded_layers, stage_split, vp_group
 from ..spec import PlanSpec, RANK_ORDERS, RECOMPUTE
 from .names import KeptList, kept
 
@@ -65,6 +65,18 @@ class Job:
     def layers_per_stage(self) -> int:
         """Layers of the fullest pipeline stage, as the engine costs it: ceil(layers / PP)."""
         return -(-self.spec.model.layers // self.pp)
+
+    @property
+    def stages(self) -> list[int]:
+        """Every pipeline stage's layers, first to last, as the engine costs them (memory.stage_split)."""
+        return stage_split(self.spec.model.layers, self.pp)
+
+    @property
+    def virtual_stages(self) -> list[list[int]]:
+        """Each pipeline stage's layers over its virtual stages, the earlier ones taking a layer more where they do
+        not divide evenly."""
+        v = self.vpp
+        return [[n // v + (1 if i < n % v else 0) for i in range(v)] for n in self.stages]
 
     @property
     def offload_layers(self) -> int:

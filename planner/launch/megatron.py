@@ -45,6 +45,9 @@ def _model(job: Job, arg, em: Emitter) -> None:
     arg("--max-position-embeddings", m.seq_len)
     if m.gated_mlp:
         arg("--swiglu")
+    if not m.dropout:  # the plan keeps no dropout masks; Megatron's default is 0.1 for both
+        arg("--attention-dropout", 0.0)
+        arg("--hidden-dropout", 0.0)
     if not m.tied_embeddings:  # Megatron ties them unless told otherwise
         arg("--untie-embeddings-and-output-weights")
     if m.is_moe:
@@ -71,15 +74,10 @@ def _model(job: Job, arg, em: Emitter) -> None:
 def _parallel(job: Job, arg, em: Emitter) -> None:
     arg("--tensor-model-parallel-size", job.tp)
     arg("--pipeline-model-parallel-size", job.pp)
-    if job.pp > 1:
-        _uneven_stages(job, arg, em)
-    if job.vpp > 1:  # interleaved 1F1B: the virtual-stage count directly (it also allows uneven stages)
-        arg("--num-virtual-stages-per-pipeline-rank", job.vpp)
-        if job.layers_per_stage * job.pp == job.spec.model.layers and job.layers_per_stage % job.vpp:
-            # Megatron splits each stage's layers evenly over its virtual stages (an uneven split is noted above)
-            em.note(f"{job.layers_per_stage} layers per pipeline stage do not split into {job.vpp} virtual stages: "
-                    "Megatron refuses it; the split the plan costs needs --pipeline-model-parallel-layout, written "
-                    "by hand")
+    layout = job.pp > 1 and _stage_split(job, arg)
+    if job.vpp > 1:  # interleaved 1F1B
+        if not layout:  # a layout names the virtual stages itself (Megatron derives their count from it)
+            arg("--num-virtual-stages-per-pipeline-rank", job.vpp)
         if job.vp_group != job.pp:  # micro-batches not a multiple of PP: groups of N, as the plan's memory counts
             arg("--microbatch-group-size-per-virtual-pipeline-stage", job.vp_group)
         if not job.spec.training.pp_comm_overlap:
@@ -100,21 +98,26 @@ def _parallel(job: Job, arg, em: Emitter) -> None:
                     "inside DP, so expert all-to-alls may cross more nodes than planned")
 
 
-def _uneven_stages(job: Job, arg, em: Emitter) -> None:
-    """Megatron splits layers evenly unless the first and last stages are given fewer; the planner's stages
-    hold ceil(layers / PP), so the shortfall goes to the first and last stages. With virtual stages, Megatron-Core
-    also needs the first, the last and each middle stage's layers to divide by their count (TransformerConfig's
-    checks of num_layers_in_first/last_pipeline_stage), or it refuses the arguments."""
-    short = job.layers_per_stage * job.pp - job.spec.model.layers
-    if short == 0:
-        return
-    first, last = job.layers_per_stage - (short + 1) // 2, job.layers_per_stage - short // 2
-    if job.pp < 3 or first < 1 or (job.vpp > 1 and any(n % job.vpp for n in (first, last, job.layers_per_stage))):
-        em.note(f"{job.spec.model.layers} layers over PP {job.pp}: stages of up to {job.layers_per_stage} "
-                "layers need --pipeline-model-parallel-layout, written by hand")
-        return
-    arg("--decoder-first-pipeline-num-layers", first)
-    arg("--decoder-last-pipeline-num-layers", last)
+def _stage_split(job: Job, arg) -> bool:
+    """The plan's split of the layers over the pipeline stages (Job.stages, Job.virtual_stages), which Megatron
+    otherwise makes even. Fewer layers on the first and the last stage only, each dividing by the virtual stages,
+    are --decoder-first/last-pipeline-num-layers (TransformerConfig checks that the middle stages split evenly and
+    that every stage divides by the virtual stages); any other split is written out as
+    --pipeline-model-parallel-layout: E the embedding, t a layer, L the loss, "|" between stages, every pipeline
+    rank's first virtual stage, then every rank's second (Megatron-Core, "Custom Pipeline Model Parallel Layout").
+    True when a layout was written."""
+    split, v = job.stages, job.vpp
+    if len(set(split)) == 1 and split[0] % v == 0:
+        return False
+    if job.pp >= 3 and len(set(split[1:-1])) == 1 and all(n % v == 0 for n in split):
+        arg("--decoder-first-pipeline-num-layers", split[0])
+        arg("--decoder-last-pipeline-num-layers", split[-1])
+        return False
+    chunks = job.virtual_stages
+    stages = ["t" * chunks[rank][chunk] for chunk in range(v) for rank in range(job.pp)]
+    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+    arg("--pipeline-model-parallel-layout", "'" + "|".join(stages) + "'")
+    return True
 
 
 def _batch_and_memory(job: Job, arg, em: Emitter) -> None:
@@ -122,6 +125,13 @@ def _batch_and_memory(job: Job, arg, em: Emitter) -> None:
     arg("--global-batch-size", job.global_batch)
     if job.recompute == "selective":
         arg("--recompute-granularity", "selective")
+        # The fewest modules of Megatron-Core's selective recomputation, as its MoE recipes name them; the plan's
+        # per-operator policy (memory._selective_flash) also recomputes the MLP's activation.
+        arg("--recompute-modules", "core_attn layernorm" + (" moe_act" if job.spec.model.is_moe else ""))
+        if not job.spec.model.is_moe:
+            em.note("selective recompute: the plan costs a per-operator policy that recomputes the MLP's activation; "
+                    "Megatron's --recompute-modules keep it unless they name mlp, which recomputes the whole MLP "
+                    "(slower), so this keeps more activation memory than the plan assumed")
     elif job.recompute == "full" and job.recompute_fraction < 1:  # the first k layers of each (virtual) stage
         arg("--recompute-granularity", "full")
         arg("--recompute-method", "block")
@@ -191,7 +201,9 @@ def _mechanisms(job: Job, arg, em: Emitter) -> None:
         arg("--exp-avg-dtype", "bf16")
         arg("--exp-avg-sq-dtype", "bf16")
         if t.optimizer_states == "bf16":
-            arg("--no-store-param-remainders")
+            em.note("optimizer_states bf16 (an fp32 master beside bf16 moments): Megatron-Core keeps only the "
+                    "master's low 16 bits beside the bf16 weight (store_param_remainders, on by default; the pinned "
+                    "Megatron-LM has no --no-store-param-remainders), 2 bytes a parameter less than the plan assumed")
     elif t.optimizer_states != "fp32":
         em.note(f"optimizer_states {t.optimizer_states}: Megatron-Core's precision-aware optimizer works with its "
                 f"distributed optimizer, and this plan does not shard the optimizer (ZeRO 0); fp32 state needs "
@@ -200,6 +212,12 @@ def _mechanisms(job: Job, arg, em: Emitter) -> None:
         arg("--fp8-param-gather")
     if t.ep_comm_overlap and job.ep > 1:
         arg("--overlap-moe-expert-parallel-comm")
+    if job.ep > 1 and not (t.precision == "fp8" and t.ep_dispatch_dtype == "fp8"):
+        if t.ep_dispatch == "dedup":  # DeepEP: one copy a remote node, fanned out over NVLink
+            arg("--moe-token-dispatcher-type", "flex")
+            arg("--moe-flex-dispatcher-backend", "deepep")
+        else:  # Megatron's default dispatcher is allgather; the plan costs all-to-alls over the EP ranks
+            arg("--moe-token-dispatcher-type", "alltoall")
     if t.precision == "fp8" and t.ep_dispatch_dtype == "fp8" and job.ep > 1:
         # Megatron-Core's dispatchers send MoE tokens in 16 bits; only its ncclep flex backend quantises them before
         # the all-to-all (MXFP8 on the wire: the dispatch and the gradient the backward sends back that way).

@@ -70,11 +70,15 @@ def _training(job: Job, key, em: Emitter) -> None:
         em.note("fp8_saved_inputs fp8: torchao float8 keeps each linear's 16-bit input for the backward, so "
                 "activations take more memory than the plan assumed")
     gpu = job.spec.cluster.gpu
-    if t.attention == "cudnn" or (t.attention == "te" and attention_efficiency(gpu, "te") > gpu.attention_efficiency):
+    # torchtitan's SDPA runs FlashAttention-2, cuDNN attention on B200 and later only (torchtitan #1196): said
+    # where the plan's kernel costs otherwise on this GPU (the catalog's figures), not where they cost the same.
+    planned = attention_efficiency(gpu, t.attention) if t.attention in ("cudnn", "te") else None
+    if planned is not None and planned > gpu.attention_efficiency:
         em.note(f"attention kernel {t.attention}: torchtitan's SDPA picks cuDNN attention on B200 and later only "
-                "(torchtitan #1196); on Hopper it runs FlashAttention-2, slower than the plan assumed")
-    elif t.attention != "flash":
-        em.note(f"attention kernel {t.attention}: torchtitan runs PyTorch SDPA (flash), faster than the plan assumed")
+                "(torchtitan #1196); before, it runs FlashAttention-2, slower than the plan assumed")
+    elif (planned is not None and planned < gpu.attention_efficiency) or t.attention not in ("flash", "cudnn", "te"):
+        em.note(f"attention kernel {t.attention}: torchtitan runs PyTorch SDPA (FlashAttention-2), faster than the "
+                "plan assumed")
     if t.precision != "fp16":
         key("training", "mixed_precision_reduce", "bfloat16" if t.grad_reduce_dtype == "bf16" else "float32")
     if t.optimizer_states != "fp32":
@@ -162,13 +166,21 @@ def _pipeline(job: Job, key, em: Emitter) -> None:
         em.note("pp_comm_overlap: torchtitan's pipeline schedules wait for each receive before the chunk that needs "
                 "it, so stage hand-offs cost more than the plan assumed")
     key("parallelism", "pipeline_parallel_microbatch_size", job.micro_batch)
-    per_virtual = job.layers_per_stage // job.vpp
-    # torchtitan makes ceil(layers / layers_per_stage) stages (embedding and output counted as no layers
-    # here); that must be PP x VPP for the plan's split.
-    if -(-job.spec.model.layers // per_virtual) == job.pp * job.vpp:
-        key("parallelism", "pipeline_parallel_layers_per_stage", per_virtual)
+    chunks = [job.virtual_stages[rank][chunk] for chunk in range(job.vpp) for rank in range(job.pp)]
+    if len(set(chunks)) == 1:
+        # torchtitan makes ceil(layers / layers_per_stage) stages, the first ones a layer more where that does
+        # not divide (the embedding and the output weighing the first/last_stage_less_layers): here it does.
+        key("parallelism", "pipeline_parallel_layers_per_stage", chunks[0])
         key("parallelism", "pipeline_parallel_first_stage_less_layers", 0)
         key("parallelism", "pipeline_parallel_last_stage_less_layers", 0)
-    else:
-        em.note(f"{job.spec.model.layers} layers do not split into {job.pp * job.vpp} stages of at most "
-                f"{per_virtual}: set parallelism.module_fqns_per_model_part by hand")
+        return
+    # The plan's uneven split (fewer layers on the last, then the first stage: memory.stage_split), module by
+    # module, in stage order: each rank's first virtual stage, then each rank's second (torchtitan's "loop"
+    # stage assignment), with the module names of torchtitan's Llama and DeepSeek-V3 models.
+    parts, start = [], 0
+    for n in chunks:
+        parts.append([f"layers.{i}" for i in range(start, start + n)])
+        start += n
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "output"]
+    key("parallelism", "module_fqns_per_model_part", parts)

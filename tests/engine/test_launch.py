@@ -10,6 +10,7 @@ import shlex
 import tomllib
 from functools import lru_cache
 
+import numpy as np
 import pytest
 
 from planner import parse_spec, plan
@@ -18,6 +19,7 @@ from planner.launch import FRAMEWORKS, launch_config, launch_configs
 from planner.launch import common as launch_common
 from planner.launch.names import LISTS, KeptList, kept
 from planner.launch.slurm import rank_map
+from planner.memory import end_stage_layers, stage_split
 from planner.placement import place, rank_strides
 from planner.topology import domain_gpus
 
@@ -34,8 +36,9 @@ def answer(name: str, top: int = 3) -> tuple:
     return spec, plan(spec, top=top)
 
 
-def small_plan(cluster: dict, layout: dict | None = None, training: dict | None = None) -> tuple:
-    doc = {"model": SMALL, "training": {"global_batch": 64, **(training or {})}, "cluster": cluster,
+def small_plan(cluster: dict, layout: dict | None = None, training: dict | None = None,
+               model: dict | None = None) -> tuple:
+    doc = {"model": {**SMALL, **(model or {})}, "training": {"global_batch": 64, **(training or {})}, "cluster": cluster,
            "layout": layout or {}}
     spec = parse_spec(doc, load_catalog())
     result = plan(spec, top=1)
@@ -380,13 +383,6 @@ def test_torchtitan_says_what_its_mesh_and_precisions_cannot_hold():
     assert "fp16" in notes and "rank order tp-cp-pp-dp" in notes and "ZeRO-1" in notes
 
 
-def test_megatron_gives_uneven_stages_to_the_first_and_last_stage():
-    spec, entry = small_plan(H100_32, {"tp": 8, "pp": 4, "vpp": 1})  # 30 layers: the engine costs stages of 8
-    m = megatron_args(launch_config(spec, entry, "megatron").text)
-    first, last = int(m["--decoder-first-pipeline-num-layers"]), int(m["--decoder-last-pipeline-num-layers"])
-    assert first + last + 2 * 8 == 30 and (first, last) == (7, 7)
-
-
 def test_megatron_maps_zero_stages_and_fp8():
     spec, entry = small_plan(H100_32, {"tp": 8, "pp": 1, "zero": 3}, {"precision": "fp8"})
     m = megatron_args(launch_config(spec, entry, "megatron").text)
@@ -571,22 +567,111 @@ def test_the_requests_own_stack_leads_the_exports(stack, first):
     assert sorted(configs) == sorted(FRAMEWORKS)
 
 
-def test_megatron_says_when_a_stage_does_not_split_into_its_virtual_stages():
-    # 30 layers over PP 2: 15 a stage, which Megatron cannot split into 2 virtual stages; it refuses the flag
-    # silently written. The torchtitan export already said so.
-    spec, entry = small_plan(H100_32, {"tp": 8, "pp": 2, "vpp": 2})
-    config = launch_config(spec, entry, "megatron")
-    assert megatron_args(config.text)["--num-virtual-stages-per-pipeline-rank"] == "2"
-    assert any("15 layers per pipeline stage do not split into 2 virtual stages" in n for n in config.notes)
-    spec, entry = small_plan(H100_32, {"tp": 8, "pp": 2, "vpp": 3})  # 15 = 3 x 5: nothing to say
-    assert not any("virtual stages" in n for n in launch_config(spec, entry, "megatron").notes)
+def megatron_stages(text: str, pp: int, vpp: int, layers: int) -> list[int]:
+    """The layers of every virtual stage, in Megatron's order (each rank's first virtual stage, then each rank's
+    second), as the Megatron export's arguments give them."""
+    m = megatron_args(text)
+    if "--pipeline-model-parallel-layout" in m:
+        assert "--num-virtual-stages-per-pipeline-rank" not in m and "--decoder-first-pipeline-num-layers" not in m
+        stages = m["--pipeline-model-parallel-layout"].split("|")
+        assert len(stages) == pp * vpp and stages[0].startswith("E") and stages[-1].endswith("L")
+        assert "E" not in "".join(stages[1:]) and "L" not in "".join(stages[:-1])
+        return [stage.count("t") for stage in stages]
+    assert int(m.get("--num-virtual-stages-per-pipeline-rank") or 1) == vpp
+    first = int(m.get("--decoder-first-pipeline-num-layers") or 0)
+    last = int(m.get("--decoder-last-pipeline-num-layers") or 0)
+    middle = (layers - first - last) // (pp - 2) if first else layers // pp
+    per_rank = [first or middle] + [middle] * (pp - 2) + [last or middle]
+    assert sum(per_rank) == layers and all(n % vpp == 0 for n in per_rank)  # what Megatron-Core checks
+    return [n // vpp for _ in range(vpp) for n in per_rank]
 
 
-def test_megatron_notes_virtual_stages_that_do_not_split_the_middle_stages():
-    # 30 layers over PP 4: stages of 7, 8, 8, 7. Seven virtual stages split the first and last but not the middle
-    # ones, which Megatron-Core refuses; the arguments used to be given with no word.
-    spec, entry = small_plan(H100_32, {"tp": 8, "pp": 4, "vpp": 7})
+def torchtitan_stages(text: str, pp: int, vpp: int, layers: int) -> list[int]:
+    """The same from the torchtitan export: its model parts, or the even split its layers_per_stage makes."""
+    p = tomllib.loads(text)["parallelism"]
+    if "module_fqns_per_model_part" in p:
+        parts = p["module_fqns_per_model_part"]
+        names = [name for part in parts for name in part]
+        assert names == ["tok_embeddings"] + [f"layers.{i}" for i in range(layers)] + ["norm", "output"]
+        return [sum(name.startswith("layers.") for name in part) for part in parts]
+    per = p["pipeline_parallel_layers_per_stage"]
+    assert p["pipeline_parallel_first_stage_less_layers"] == p["pipeline_parallel_last_stage_less_layers"] == 0
+    assert per * pp * vpp == layers
+    return [per] * (pp * vpp)
+
+
+@pytest.mark.parametrize("layers, tp, pp, vpp, how", [
+    (30, 8, 4, 1, "ends"),     # 7, 8, 8, 7: a layer fewer on the first and the last stage
+    (31, 8, 4, 1, "ends"),     # 8, 8, 8, 7: the last stage alone
+    (29, 4, 8, 1, "layout"),   # 3, 4, 4, 4, 4, 4, 3, 3: a middle stage too, which the end flags cannot say
+    (9, 8, 2, 1, "layout"),    # 5, 4: two stages, no middle ones for the end flags
+    (30, 8, 2, 2, "layout"),   # 15 a stage does not split into 2 virtual stages evenly: 8 + 7
+    (30, 8, 4, 7, "layout"),   # 7 and 8 layers over 7 virtual stages: the middle stages do not divide
+    (32, 8, 4, 2, "even"),     # 8 a stage, 4 a virtual stage: Megatron's and torchtitan's own split
+])
+def test_the_exports_split_the_layers_over_the_stages_as_the_plan_costs_them(layers, tp, pp, vpp, how):
+    """Megatron's and torchtitan's stages hold the layers the engine costs on each (memory.stage_split, whose first
+    and last stages are end_stage_layers'); a split Megatron's end flags cannot say is a pipeline layout. The
+    exports had given DeepSeek-V3's 61 layers over 16 stages 2 + 14 x 4 + 3 (Megatron) and 13 x 4 + 3 x 3
+    (torchtitan), where the plan costs 3 + 13 x 4 + 3 + 3."""
+    spec, entry = small_plan(H100_32, {"tp": tp, "pp": pp, "vpp": vpp}, model={"layers": layers})
+    split = stage_split(layers, pp)
+    assert (split[0], split[-1]) == tuple(int(x[0]) for x in end_stage_layers(layers, np.array([pp])))
+    assert sum(split) == layers and max(split) == -(-layers // pp)
+    costed = [n // vpp + (1 if i < n % vpp else 0) for i in range(vpp) for n in split]
+    megatron = launch_config(spec, entry, "megatron").text
+    assert megatron_stages(megatron, pp, vpp, layers) == costed
+    assert torchtitan_stages(launch_config(spec, entry, "torchtitan").text, pp, vpp, layers) == costed
+    m = megatron_args(megatron)
+    assert ("--pipeline-model-parallel-layout" in m) == (how == "layout")
+    assert ("--decoder-first-pipeline-num-layers" in m) == (how == "ends")
+
+
+def test_megatron_runs_without_dropout_where_the_plan_costs_none():
+    """A Llama-style model keeps no dropout masks in the plan; Megatron's default is 0.1 for both, which would keep
+    them and need more memory than the plan assumed."""
+    m = megatron_args(launch_config(*small_plan(H100_32, {"tp": 8, "pp": 1}), "megatron").text)
+    assert (m["--attention-dropout"], m["--hidden-dropout"]) == ("0.0", "0.0")
+    spec, entry = small_plan(H100_32, {"tp": 8, "pp": 1}, model={"gated_mlp": False, "ffn_hidden": 8192})
+    assert spec.model.dropout
+    m = megatron_args(launch_config(spec, entry, "megatron").text)
+    assert "--attention-dropout" not in m and "--hidden-dropout" not in m
+
+
+@pytest.mark.parametrize("dispatch, flags", [("all_to_all", ("alltoall", None)), ("dedup", ("flex", "deepep"))])
+def test_megatron_dispatches_moe_tokens_as_the_plan_costs_them(dispatch, flags):
+    """Megatron's token dispatcher defaults to allgather; the plan costs all-to-alls over the EP ranks (or DeepEP's
+    deduplicated dispatch)."""
+    doc = {"model": MOE, "training": {"global_batch": 64, "ep_dispatch": dispatch}, "cluster": H100_32,
+           "layout": {"tp": 1, "pp": 1, "ep": 8}}
+    spec = parse_spec(doc, load_catalog())
+    m = megatron_args(launch_config(spec, plan(spec, top=1)["plans"][0], "megatron").text)
+    assert (m["--moe-token-dispatcher-type"], m.get("--moe-flex-dispatcher-backend")) == flags
+    spec, entry = moe_plan({"tp": 8, "pp": 1, "ep": 1})
+    assert "--moe-token-dispatcher-type" not in megatron_args(launch_config(spec, entry, "megatron").text)
+
+
+def test_megatron_selective_recompute_names_its_modules_and_says_what_it_keeps():
+    spec, entry = small_plan(H100_32, {"tp": 8, "pp": 1, "recompute": "selective"})
     export = launch_config(spec, entry, "megatron")
-    m = megatron_args(export.text)
-    assert "--decoder-first-pipeline-num-layers" not in m and m["--num-virtual-stages-per-pipeline-rank"] == "7"
-    assert any("need --pipeline-model-parallel-layout" in n for n in export.notes), export.notes
+    assert "  --recompute-modules core_attn layernorm\n" in export.text
+    assert any("keeps more activation memory than the plan assumed" in n for n in export.notes)
+    spec, entry = moe_plan({"tp": 1, "pp": 1, "ep": 8, "recompute": "selective"})
+    export = launch_config(spec, entry, "megatron")
+    assert "  --recompute-modules core_attn layernorm moe_act\n" in export.text
+
+
+@pytest.mark.parametrize("gpu, attention, says", [
+    ("H100 SXM5 80GB", "te", "slower"),     # the plan costs cuDNN attention (0.54); SDPA runs FlashAttention-2 (0.32)
+    ("GB200", "te", None),                  # both 0.5 in the catalog: nothing to say
+    ("A100 SXM4 80GB", "cudnn", "faster"),  # cuDNN 0.45 against FlashAttention-2's 0.55
+    ("H100 SXM5 80GB", "flash", None),
+    ("H100 SXM5 80GB", "triton", "faster"),
+])
+def test_torchtitan_speaks_of_its_attention_kernel_only_where_it_costs_otherwise(gpu, attention, says):
+    cluster = {**H100_32, "gpu": gpu, "node": "GB200 NVL72 compute tray" if gpu == "GB200" else H100_32["node"]}
+    if gpu.startswith("A100"):
+        cluster["node"] = "DGX A100"
+    notes = [n for n in launch_config(*small_plan(cluster, {"tp": 8, "pp": 1}, {"attention": attention}),
+                                      "torchtitan").notes if n.startswith("attention kernel")]
+    assert [n.split(", ")[-1].split(" ")[0] for n in notes] == ([says] if says else [])
