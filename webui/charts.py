@@ -28,6 +28,9 @@ FABRIC_COLOURS = {"nvlink": "#76b900", "infiniband": "#1f5fa8", "roce": "#8e44ad
 FABRIC_LABELS = {"nvlink": "NVLink", "pcie": "PCIe", **FABRIC_NAMES}
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6",
            "#9d755d", "#bab0ac")
+# One colour per part of the step time on every page (plan, compare), whichever parts a chart shows: red had been
+# CP on one plan's page and PP on another's, as each chart coloured the parts it had in turn.
+TIME_COLOURS = dict(zip(TIME_PARTS, PALETTE))
 MAX_PLANS_CHARTED = 10
 MAX_LABELLED_CELLS = 256  # past this, cell labels are unreadable; hover still tells
 
@@ -120,9 +123,9 @@ def step_time_breakdown(result: dict[str, Any]) -> Figure | None:
     parts = [k for k in TIME_PARTS if k in seen] + sorted(set(seen) - set(TIME_PARTS))
     data = [{"type": "bar", "orientation": "h", "name": TIME_LABELS.get(part, part), "y": labels,
              "x": [(p.get("time_s") or {}).get(part, 0) or 0 for p in plans],
-             "marker": {"color": PALETTE[i % len(PALETTE)]},
+             "marker": {"color": TIME_COLOURS.get(part, PALETTE[-1])},
              "hovertemplate": "%{y}<br>" + TIME_LABELS.get(part, part) + ": %{x:.3g} s<extra></extra>"}
-            for i, part in enumerate(parts)]
+            for part in parts]
     return {"data": data, "layout": _layout(
         "Step time breakdown, top plans", barmode="stack", height=140 + 32 * len(plans),
         xaxis={"title": {"text": "seconds per step"}}, yaxis={"autorange": "reversed", "automargin": True})}

@@ -67,6 +67,18 @@ def test_a_part_no_plan_spends_time_on_gets_no_bar_and_the_legend_clears_the_axi
     assert "activation offload (host link)" in [t["name"] for t in charts.step_time_breakdown(answer)["data"]]
 
 
+def test_each_part_of_the_step_time_keeps_its_colour_whichever_parts_a_chart_shows():
+    """Red had been CP comm on one plan's page and PP comm on another's: each chart coloured its parts in turn."""
+    def colours(time_s: dict) -> dict:
+        answer = {"plans": [{"rank": 1, "label": "x", "step_time_s": 1.0, "time_s": time_s}]}
+        return {bar["name"]: bar["marker"]["color"] for bar in charts.step_time_breakdown(answer)["data"]}
+
+    with_cp = colours({"compute": 1.0, "cp_comm": 0.1, "pp_comm": 0.2, "dp_comm": 0.1})
+    without = colours({"compute": 1.0, "pp_comm": 0.2, "optimizer": 0.01})
+    assert with_cp["PP comm"] == without["PP comm"] and with_cp["compute"] == without["compute"]
+    assert len(set(charts.TIME_COLOURS.values())) == len(charts.TIME_PARTS)  # no two parts share one
+
+
 def test_the_comm_chart_splits_each_collective_by_fabric():
     fig = charts.comm_by_fabric(ANSWER)
     bars = {t["name"]: t["x"] for t in fig["data"] if t["type"] == "bar"}
