@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 
-def duration(seconds: Any) -> str:
-    """3.2 s, 14.5 min, 6.3 h, 41.2 days, 2.1 years."""
+def duration(seconds: Any, digits: int = 3) -> str:
+    """3.2 s, 14.5 min, 6.3 h, 41.2 days, 2.1 years (`digits` significant digits)."""
     try:
         s = float(seconds)
     except (TypeError, ValueError):
@@ -15,8 +15,14 @@ def duration(seconds: Any) -> str:
     for limit, unit, scale in ((1, "ms", 1e-3), (120, "s", 1), (7200, "min", 60), (172800, "h", 3600),
                                (2 * 365 * 86400, "days", 86400)):
         if s < limit:
-            return f"{s / scale:.3g} {unit}" if unit != "ms" else f"{s * 1e3:.3g} ms"
-    return f"{s / (365 * 86400):.3g} years"
+            return f"{s / scale:.{digits}g} {unit}"
+    return f"{s / (365 * 86400):.{digits}g} years"
+
+
+def step_time(seconds: Any) -> str:
+    """A step time, to four significant digits: ranked layouts 9.996, 10.031 and 10.037 s apart read "10.00", "10.03"
+    and "10.04" rather than three times "10 s" (the table of layouts and the headline above it)."""
+    return duration(seconds, digits=4)
 
 
 def number(value: Any, digits: int = 3) -> str:

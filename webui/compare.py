@@ -16,7 +16,7 @@ from .charts import (MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, fabric_label
                      plotly_text, step_time_breakdown)
 from .forms import field_label
 from .models import Plan
-from .templatetags.planner_format import duration, percent
+from .templatetags.planner_format import count, duration, percent, step_time
 
 MIN_PLANS, MAX_PLANS = 2, 4
 IN_TITLE = ("model", "GPUs", "GPU")  # the request rows a plan's title names (Plan.title)
@@ -162,7 +162,11 @@ def _request_rows(plans: list[Plan]) -> list[tuple[str, Callable[[Plan], Any]]]:
     differ in what it stands for (a catalog GPU edited in the admin between them)."""
     def spec(*keys: str) -> Callable[[Plan], Any]:
         return lambda plan: _spec_at(plan, *keys)
-    rows = [("status", lambda p: p.status)] + [(label, spec(*path)) for label, path in REQUEST_ROWS]
+    def tokens(plan: Plan) -> Any:  # as the plan page writes it: "15T", not 15,000,000,000,000
+        value = _spec_at(plan, "training", "tokens")
+        return count(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    rows = [("status", lambda p: p.status)] + [(label, tokens if path == ("training", "tokens") else spec(*path))
+                                               for label, path in REQUEST_ROWS]
     shown = {path for _, path in REQUEST_ROWS}
     for section, (title, *keys) in SPEC_SECTIONS.items():
         for f in SECTIONS[section]:
@@ -194,7 +198,9 @@ def _throughput_rows() -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
 
     def mfu(b: dict[str, Any]) -> Any:  # a percentage, as the plan and sweep pages show it
         return percent(b["mfu"]) if isinstance(b.get("mfu"), (int, float)) else None
-    return [("layout", lambda b: b.get("label")), ("step time (s)", lambda b: b.get("step_time_s")),
+    def step(b: dict[str, Any]) -> Any:  # four digits, as the plan page's table: 10.03 and 10.04 s, not 10 and 10
+        return step_time(b["step_time_s"]) if isinstance(b.get("step_time_s"), (int, float)) else None
+    return [("layout", lambda b: b.get("label")), ("step time", step),
             ("tokens/s", lambda b: b.get("tokens_per_s")), ("MFU (of the precision's peak)", mfu),
             ("memory per GPU (GiB)", lambda b: (b.get("memory_gib") or {}).get("total")),
             ("time to train", time_to_train), ("GPU-hours", lambda b: b.get("gpu_hours"))]

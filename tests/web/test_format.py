@@ -14,6 +14,13 @@ def test_durations_read_in_the_largest_sensible_unit(seconds, text):
     assert fmt.duration(seconds) == text
 
 
+# Ranked layouts 9.996, 10.031 and 10.037 s read "9.97 s, 10 s, 10 s" at three digits.
+@pytest.mark.parametrize("seconds,text", [(9.996, "9.996 s"), (10.031, "10.03 s"), (10.037, "10.04 s"),
+                                          (10.98, "10.98 s"), (0.12345, "123.5 ms"), (654.6, "10.91 min")])
+def test_step_times_read_to_four_digits(seconds, text):
+    assert fmt.step_time(seconds) == text
+
+
 # 1.5 tokens read "2".
 @pytest.mark.parametrize("value,text", [(15e12, "15T"), (1e12, "1T"), (2.1e9, "2.1B"), (45000, "45,000"),
                                         (1.5, "1.5"), (1.0, "1"), ("x", "–")])

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from planner.units import duration
+from planner.units import duration, step_time
 
 from webui import services, sweeps
 from webui.sweep_form import SweepForm
@@ -277,6 +277,11 @@ def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded
     trains = [p.result["plans"][0].get("time_to_train_s") for p in (a, b)]
     assert all(trains) and sections["Throughput and time to train"]["time to train"]["cells"] == [
         duration(t) for t in trains]
+    # Step times to four digits and tokens as the plan page writes them ("10" and "10" were 10.03 and 10.04 s;
+    # tokens were 1,000,000,000,000).
+    assert sections["Throughput and time to train"]["step time"]["cells"] == [
+        step_time(p.result["plans"][0]["step_time_s"]) for p in (a, b)]
+    assert sections["Request"]["tokens to train"]["cells"] == ["1T", "1T"]
     # MFU reads as on the plan and sweep pages: a percentage, not a fraction.
     assert sections["Throughput and time to train"]["MFU (of the precision's peak)"]["cells"] == [
         f"{p.result['plans'][0]['mfu'] * 100:.1f}%" for p in (a, b)]

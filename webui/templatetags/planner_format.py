@@ -7,13 +7,13 @@ from typing import Any
 from django import template
 
 from planner.spec import SECTIONS
-from planner.units import count, duration, number
+from planner.units import count, duration, number, step_time
 
 register = template.Library()
 
 
 # The engine's formats (planner/units.py), which the command line's table uses too.
-for _format in (duration, number, count):
+for _format in (duration, number, count, step_time):
     register.filter(_format.__name__, _format)
 
 

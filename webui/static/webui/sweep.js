@@ -19,18 +19,22 @@
   // A duration as the server's `duration` filter writes it: 3.2 s, 10.9 min, 6.3 h, 41.2 days, 2.1 years.
   var DURATIONS = [[1, "ms", 1e-3], [120, "s", 1], [7200, "min", 60], [172800, "h", 3600],
                    [2 * 365 * 86400, "days", 86400]];
-  function duration(seconds) {
+  function duration(seconds, digits) {
     if (seconds === null || seconds === undefined) return "–";
+    digits = digits || 3;
     for (var i = 0; i < DURATIONS.length; i++) {
       if (seconds < DURATIONS[i][0]) {
-        return String(Number((seconds / DURATIONS[i][2]).toPrecision(3))) + " " + DURATIONS[i][1];
+        return String(Number((seconds / DURATIONS[i][2]).toPrecision(digits))) + " " + DURATIONS[i][1];
       }
     }
-    return String(Number((seconds / (365 * 86400)).toPrecision(3))) + " years";
+    return String(Number((seconds / (365 * 86400)).toPrecision(digits))) + " years";
   }
 
+  // A step time as the server's `step_time` filter writes it: four significant digits.
+  function stepTime(seconds) { return duration(seconds, 4); }
+
   // For the browser test that holds these to the server's filters.
-  window.sweepFormat = {duration: duration, number: number};
+  window.sweepFormat = {duration: duration, number: number, stepTime: stepTime};
 
   var CELLS = {
     layout: function (row) {  // as the page's template words it
@@ -38,7 +42,7 @@
       if (row.status === "done") return "no feasible layout (its plan says why)";
       return row.status === "failed" ? "the search failed (see its plan)" : "";
     },
-    step_time_s: function (row) { return duration(row.step_time_s); },
+    step_time_s: function (row) { return stepTime(row.step_time_s); },
     tokens_per_s: function (row) { return number(row.tokens_per_s); },
     mfu: function (row) { return row.mfu === null ? "–" : (100 * row.mfu).toFixed(1) + "%"; },
     time_to_train_days: function (row) {
