@@ -401,7 +401,9 @@ def plan_peak_note(*, plan: Plan) -> str:
         return ""
     precision = (plan.spec.get("training") or {}).get("precision")
     name = "FP8" if precision == "fp8" else "dense 16-bit"
-    return f"of the {name} peak, {peak:,.0f} TFLOP/s a GPU"
+    # Model FLOPs count attention whole (planner/model.py: model_flops_per_step, PaLM's convention, as Megatron's
+    # and llm-foundry's): at 128K tokens a causal model's MFU reads above what its GEMMs could reach.
+    return f"of the {name} peak, {peak:,.0f} TFLOP/s a GPU; attention counted without the causal half, as PaLM counts it"
 
 
 def plan_no_layout_advice(*, result: Any) -> str:
