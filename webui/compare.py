@@ -168,6 +168,10 @@ def _request_rows(plans: list[Plan]) -> list[tuple[str, Callable[[Plan], Any]]]:
     rows = [("status", lambda p: p.status)] + [(label, tokens if path == ("training", "tokens") else spec(*path))
                                                for label, path in REQUEST_ROWS]
     shown = {path for _, path in REQUEST_ROWS}
+    if all((_spec_at(plan, "model", "experts") or 1) == 1 for plan in plans):
+        # Dense models all: an expert's fields say nothing (the expert FFN width is the FFN width, and differed
+        # wherever that did).
+        shown |= {("model", name) for name in MOE_ONLY}
     for section, (title, *keys) in SPEC_SECTIONS.items():
         for f in SECTIONS[section]:
             path = (*keys, f.name)
@@ -177,6 +181,9 @@ def _request_rows(plans: list[Plan]) -> list[tuple[str, Callable[[Plan], Any]]]:
                 rows.append((f"{title}: {field_label(f)}", spec(*path)))
     return rows
 
+
+# Model fields that mean something only with routed experts (model.experts > 1)
+MOE_ONLY = ("top_k", "router_groups", "router_group_top_k", "expert_ffn_hidden", "shared_experts", "dense_layers")
 
 # The request's main rows, always shown: (label, path in a stored spec)
 REQUEST_ROWS = (("model", ("model", "name")), ("GPUs", ("cluster", "num_gpus")), ("GPU", ("cluster", "gpu", "name")),

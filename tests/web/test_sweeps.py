@@ -337,6 +337,23 @@ def test_compare_says_how_two_plans_of_one_gpu_name_differ(client, seeded):
     assert response.context["figures"]["memory"]["data"][0]["y"][1] == "#2 GPU: Peak 16-bit (TFLOP/s) 900"
 
 
+def test_compare_of_dense_models_has_no_expert_rows(client, seeded):
+    """Two dense models of other FFN widths showed "Expert FFN hidden size" differing too (it defaults to the FFN
+    width); beside an MoE model the row stays."""
+    a, b = finished_plans(client, 2)
+    spec = dict(b.spec, model=dict(b.spec["model"], ffn_hidden=12288, expert_ffn_hidden=12288))
+    Plan.objects.filter(pk=b.pk).update(spec=spec)
+
+    def rows() -> set[str]:
+        response = client.get(f"/compare/?plans={a.code},{b.code}")
+        return {r["label"] for s in response.context["sections"] if s["title"] == "Request" for r in s["rows"]}
+
+    labels = rows()
+    assert "model: FFN hidden size" in labels and not any("Expert" in label for label in labels), labels
+    Plan.objects.filter(pk=b.pk).update(spec=dict(spec, model=dict(spec["model"], experts=8, top_k=2)))
+    assert "model: Expert FFN hidden size" in rows()
+
+
 def test_compare_shows_pins_and_labels_bars_with_no_more_than_tells_them_apart(client, seeded):
     a, b = finished_plans(client, 2)
     # b: the same request as a, with TP pinned and the fabric's latency changed
