@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Count, Min
 from django.urls import reverse
 from django.utils import timezone
 
@@ -137,13 +138,18 @@ QUOTA_PACE_WINDOW_S = 600  # the recent past whose finished scenarios give a cli
 
 def _quota_wait_s(client: str, excess: int) -> int | None:
     """Seconds until `excess` more of the client's scenarios should have finished, at the pace they finished over
-    the last QUOTA_PACE_WINDOW_S; None when none did (no pace to go by). At least one recovery sweep's time."""
-    since = timezone.now() - timedelta(seconds=QUOTA_PACE_WINDOW_S)
-    finished = SweepScenario.objects.filter(sweep__client=client, plan__status__in=FINISHED,
-                                            plan__finished_at__gte=since).count()
-    if not finished:
+    the last QUOTA_PACE_WINDOW_S, or since the first of them started where that is later (a sweep 40 s old that
+    finished 160 scenarios runs 4 a second, not 160 in 600 s: its first 429 had said 24 h, not 4 min); None when
+    none did (no pace to go by). At least one recovery sweep's time."""
+    now = timezone.now()
+    since = now - timedelta(seconds=QUOTA_PACE_WINDOW_S)
+    recent = SweepScenario.objects.filter(sweep__client=client, plan__status__in=FINISHED, plan__finished_at__gte=since)
+    found = recent.aggregate(finished=Count("pk"), first=Min("plan__started_at"))
+    if not found["finished"]:
         return None
-    return max(math.ceil(settings.PLAN_RECOVER_EVERY_S), math.ceil(excess * QUOTA_PACE_WINDOW_S / finished))
+    first = max(found["first"] or since, since)
+    elapsed = max((now - first).total_seconds(), 1.0)
+    return max(math.ceil(settings.PLAN_RECOVER_EVERY_S), math.ceil(excess * elapsed / found["finished"]))
 
 
 def _tokens_agree(data: Mapping[str, Any], scenarios: list[Scenario], tokens: float) -> None:

@@ -11,10 +11,12 @@ import io
 import json
 import math
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from planner.units import duration, step_time
 
@@ -517,10 +519,19 @@ def test_one_clients_unfinished_scenarios_are_bounded_and_others_still_get_their
             "global_batch": "256"}
     page = client.post("/sweeps/new/", form)
     assert page.status_code == 429 and "at most 3 at a time" in page.content.decode()
-    # Now some have finished: when to ask again, at that pace (1 scenario too many; it had no Retry-After at all).
-    finished = SweepScenario.objects.filter(sweep__client="127.0.0.1", plan__status="done").count()
+    # Now some have finished: when to ask again, at that pace (1 scenario too many; it had no Retry-After at all),
+    # over the last 10 minutes...
+    done = Plan.objects.filter(sweep_scenarios__sweep__client="127.0.0.1", status="done")
+    finished = done.count()
+    done.update(started_at=timezone.now() - timedelta(hours=2))
+    page = client.post("/sweeps/new/", form)
     assert finished >= 2 and page["Retry-After"] == str(math.ceil(600 / finished))
     assert f"that is in about {duration(math.ceil(600 / finished))}." in page.content.decode()
+    # ... or since the first of them started, where that is later: a young sweep's pace is its own (the first 429
+    # of two 1,024-scenario sweeps 40 s old had said "in about 24.2 h" for 4 minutes).
+    done.update(started_at=timezone.now() - timedelta(seconds=100))
+    page = client.post("/sweeps/new/", form)
+    assert page["Retry-After"] in {str(math.ceil(100 / finished)), str(math.ceil(101 / finished))}
     # A sweep over the limit alone never fits, however long one waits: no Retry-After (a client that honoured it
     # asked forever), and the words say so.
     alone = post(client, {"base": BASE, "vary": {"training.global_batch": [512, 768, 1024, 1280]}})  # new requests
