@@ -33,6 +33,7 @@ PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b
 TIME_COLOURS = dict(zip(TIME_PARTS, PALETTE))
 MAX_PLANS_CHARTED = 10
 MAX_LABELLED_CELLS = 256  # past this, cell labels are unreadable; hover still tells
+MAX_SLOT_TICKS = 36  # slot labels along a placement map's x axis (a 72-GPU NVL72 tray set: every second one)
 
 
 LEGEND_GAP_PX = 62  # below the plot area: the x tick labels and the x-axis title (Plotly's default fonts)
@@ -251,7 +252,9 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
     plot_px = max(30 * len(nodes), 16 * min(stages, 32))
     return {"data": data, "layout": _layout(
         title, height=min(2000, 140 + plot_px), shapes=shapes,
-        xaxis={"title": {"text": "GPU slot in node"}, "dtick": 1},
+        # A tick a slot up to MAX_SLOT_TICKS slots: Plotly lays out every tick label, and a tick for each of 1,024
+        # slots took 7 s to draw (growing with the square of the slots), freezing the page.
+        xaxis={"title": {"text": "GPU slot in node"}, "dtick": max(1, -(-per_node // MAX_SLOT_TICKS))},
         yaxis={"autorange": "reversed", "type": "category", "automargin": True})}
 
 

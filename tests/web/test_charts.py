@@ -120,6 +120,16 @@ def test_a_map_of_few_nodes_in_many_stages_is_tall_enough_for_the_stage_labels()
     assert charts.placement_map(ANSWER)["layout"]["height"] == 140 + 60  # two nodes in two stages: as before
 
 
+@pytest.mark.parametrize("per_node, dtick", [(8, 1), (36, 1), (72, 2), (1024, 29)])
+def test_a_node_of_many_gpus_gets_a_tick_every_few_slots_not_one_a_slot(per_node, dtick):
+    """A tick label a slot for 1,024 GPUs a node took Plotly 7 s to lay out, freezing the plan page."""
+    answer = {"placement_map": {"gpus_per_node": per_node, "gpus_total": per_node, "gpus_shown": per_node,
+                                "cells": [{"gpu": g, "node": 0, "domain": 0, "pp": 0, "tp": g, "dp": 0}
+                                          for g in range(per_node)]}}
+    axis = charts.placement_map(answer)["layout"]["xaxis"]
+    assert axis["dtick"] == dtick and per_node / axis["dtick"] <= charts.MAX_SLOT_TICKS
+
+
 def test_past_ten_pipeline_stages_no_two_share_a_colour():
     # PP 18 on 72-GPU nodes: stages 0 and 10 were the same blue. 1,296 GPUs: no cell labels, and the subtitle
     # no longer says "label = rank ...".
