@@ -391,6 +391,11 @@ NO_LAYOUT_ADVICE = {
     "sp_needs_tp": "sequence parallelism off, or TP 2 or more",
 }
 GENERAL_ADVICE = "more GPUs, GPUs with more memory, a smaller global batch or a shorter sequence"
+# The reasons a pinned layout field causes (the second part of NO_LAYOUT_ADVICE)
+PIN_REASONS = frozenset({"moe_tp_needs_sp", "zero_with_pipeline", "not_the_pinned_dp", "vpp_needs_microbatches",
+                         "vpp_invalid", "ep_invalid", "ep_not_dividing_ranks", "ep_across_pipeline_stages",
+                         "gpus_not_divisible", "cp_does_not_split_sequence", "cp_needs_flash_attention",
+                         "sp_needs_tp"})
 
 
 def plan_peak_note(*, plan: Plan) -> str:
@@ -410,9 +415,13 @@ def plan_no_layout_advice(*, result: Any) -> str:
     """What usually helps a request none of whose layouts fits, from its commonest rejection; with a pinned layout,
     leaving the pins to the search too (a request that pinned every field was told only of memory and GPUs)."""
     ranked = by_count(result.get("rejected")) if isinstance(result, dict) else []
-    advice = NO_LAYOUT_ADVICE.get(ranked[0][0], GENERAL_ADVICE) if ranked else GENERAL_ADVICE
     pinned = ((result.get("spec") or {}).get("layout") or {}) if isinstance(result, dict) else {}
     pins = [key for key, value in pinned.items() if value is not None] if isinstance(pinned, dict) else []
+    if not pins:
+        # Without pins those reasons are the search trimming its own candidates (ZeRO-3 beside PP, say), which
+        # outnumber the real ones: 405B on 64 GPUs was told of ZeRO and PP, not of its 15,588 layouts out of memory.
+        ranked = [(reason, n) for reason, n in ranked if reason not in PIN_REASONS]
+    advice = NO_LAYOUT_ADVICE.get(ranked[0][0], GENERAL_ADVICE) if ranked else GENERAL_ADVICE
     if pins:
         advice += f"; or leave the pinned {', '.join(pins)} to the search"
     return advice

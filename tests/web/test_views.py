@@ -267,8 +267,23 @@ def test_a_one_token_one_sequence_request_is_told_what_helps(client, seeded):
     plan = services.plan_run(plan_id=make_plan(doc).pk)
     assert plan.result["rejected_examples"]["dp_does_not_divide_batch"] == (
         "DP=8 does not divide the global batch of 1 sequence")  # not "1 sequences"
+    # The commonest reason that is not the search trimming its own candidates (CP over a 1-token sequence, where
+    # CP 1 is searched too) says what helps.
+    real = [reason for reason, _ in services.by_count(plan.result["rejected"]) if reason not in services.PIN_REASONS]
+    assert "cp_does_not_split_sequence" in plan.result["rejected"] and real
     page = html.unescape(client.get(plan.get_absolute_url()).content.decode())
-    assert f"What usually helps: {services.NO_LAYOUT_ADVICE['cp_does_not_split_sequence']}." in page
+    assert f"What usually helps: {services.NO_LAYOUT_ADVICE[real[0]]}." in page
+
+
+def test_an_unpinned_request_that_fits_nowhere_is_told_of_memory_not_of_the_searchs_own_trims(client, seeded):
+    """Llama 3.1 405B on 64 H100s, nothing pinned: most rejections are ZeRO-3 beside PP, which the search tries and
+    drops itself; the advice was "ZeRO 0 or 1 with pipeline parallelism", not memory."""
+    doc = {"model": "Llama 3.1 405B", "training": {"global_batch": 64},
+           "cluster": {"num_gpus": 64, "gpu": "H100 SXM5 80GB", "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"}}
+    plan = services.plan_run(plan_id=make_plan(doc).pk)
+    assert not plan.result["plans"] and plan.result["rejected"]["out_of_memory"] > 1000
+    page = html.unescape(client.get(plan.get_absolute_url()).content.decode())
+    assert f"What usually helps: {services.NO_LAYOUT_ADVICE['out_of_memory']}." in page
 
 
 def test_every_no_layout_advice_is_for_a_reason_the_engine_gives():
