@@ -54,11 +54,22 @@ def loads(text: str | bytes) -> Any:
     if not text.strip():
         raise ValueError("is empty (a JSON object was expected)")
     try:
-        data = json.loads(text, parse_float=_float, parse_int=_int)
+        data = json.loads(text, parse_float=_float, parse_int=_int, object_pairs_hook=_object)
     except RecursionError:
         raise ValueError(f"is nested more than {MAX_DEPTH} levels deep") from None
     if _depth_exceeds(data, MAX_DEPTH):
         raise ValueError(f"is nested more than {MAX_DEPTH} levels deep")
+    return data
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different: of {"num_gpus": 64, "num_gpus": 8} Python keeps the last
+    silently, where the writer may have meant either."""
+    data = dict(pairs)
+    if len(data) < len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"is ambiguous: the key {twice[:40]!r} appears twice in one object (give it once)")
     return data
 
 

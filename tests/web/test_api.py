@@ -69,6 +69,9 @@ SPEC_FOR_PARITY = {"model": "Llama 3 8B", "training": {"global_batch": 64},
     # More digits than a float holds, and nesting past the decoder's recursion: bad input, not a 500.
     ('{"cluster": {"num_gpus": 1' + "0" * 400 + "}}", "cluster.num_gpus", "must be at most 1048576"),
     ("[" * 990 + "]" * 990, "spec", "is nested more than 32 levels deep"),
+    # The last of two was taken silently, where the writer may have meant either.
+    ('{"cluster": {"num_gpus": 64, "num_gpus": 8}}', "spec",
+     "is ambiguous: the key 'num_gpus' appears twice in one object (give it once)"),
     ('{"model": ' + "[" * 40 + "]" * 40 + "}", "spec", "is nested more than 32 levels deep"),
 ])
 def test_bad_input_is_a_400_naming_the_field(client, seeded, body, field, message):
@@ -97,6 +100,7 @@ def test_bounds_errors_name_the_field_and_the_limit(client, seeded, small_spec):
     ("truncated", b'{"model": "Llama 3 8B", "training": {"global_batch": 64, "precision": "bf'),
     ("padded", json.dumps(SPEC_FOR_PARITY).encode() + b" " * 1_000_500),
     ("too-large", json.dumps(SPEC_FOR_PARITY).encode() + b" " * (1024 * 1024)),
+    ("repeated-key", json.dumps(SPEC_FOR_PARITY).replace('"num_gpus": 64', '"num_gpus": 64, "num_gpus": 8').encode()),
 ])
 def test_the_cli_reads_a_file_as_the_api_reads_a_body(client, seeded, tmp_path, name, body):
     # A UTF-8 byte-order mark or UTF-16 was a plan through the API and "invalid JSON" from the CLI; a Latin-1 byte
