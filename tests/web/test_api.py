@@ -158,6 +158,15 @@ def test_a_failed_plan_reports_its_error(client, seeded):
     assert client.get(f"/api/plans/{plan.code}").json()["error"] == "went wrong"
 
 
+def test_a_code_in_capitals_finds_its_plan_as_compare_does(client, seeded, small_spec):
+    """UUIDs are case-insensitive: compare took a code in capitals, the plan's own page and API were 404s."""
+    plan = Plan.objects.get(code=post(client, small_spec).json()["code"])
+    upper = str(plan.code).upper()
+    assert client.get(f"/api/plans/{upper}").json()["code"] == str(plan.code)
+    assert client.get(f"/plans/{upper}/").status_code == 200
+    assert plan.get_absolute_url() == f"/plans/{plan.code}/"  # links stay in lower case
+
+
 @pytest.mark.parametrize("url", ["/api/plans/00000000-0000-0000-0000-000000000000", "/api/plans/nope",
                                  "/api/nothing"])
 def test_unknown_plans_are_a_json_404(client, url):
