@@ -125,6 +125,7 @@ def section_errors(section: str, fields: dict[str, Any]) -> dict[str, list[str]]
 
 
 PRICE_MAX = 10_000  # USD per GPU-hour: past any list price by far
+PRICE_MIN = 0.0001  # USD per GPU-hour: a hundredth of a cent; 5e-324 made a sweep's costs 0.0 and a tie again
 
 
 class GPUType(CatalogRow):
@@ -139,7 +140,7 @@ class GPUType(CatalogRow):
     sm_count = models.PositiveIntegerField(default=132)
     # Catalog only, not a spec field: the engine never sees it. Sweeps read it for a scenario's cost (goal-seeking).
     price_per_gpu_hour_usd = models.FloatField(
-        null=True, blank=True,  # more than 0 and at most PRICE_MAX: row_errors, in the engine's words
+        null=True, blank=True,  # PRICE_MIN to PRICE_MAX: row_errors, in the engine's words
         verbose_name="price per GPU-hour (USD)",
         help_text="Optional: what one GPU-hour costs you, for sweeps' cost and budget. Say where it comes from "
                   "(and when) in the source notes. Empty: sweeps rank by GPU-hours.")
@@ -166,6 +167,9 @@ class GPUType(CatalogRow):
             return {"price_per_gpu_hour_usd": [f"must be at most {PRICE_MAX:,} USD a GPU-hour (got {price:g})"]}
         if price <= 0:  # -1 said ">= 0" too
             return {"price_per_gpu_hour_usd": ["must be more than 0: leave it empty when you have no price"]}
+        if price < PRICE_MIN:
+            return {"price_per_gpu_hour_usd": [f"must be at least {PRICE_MIN:g} USD a GPU-hour (got {price:g}): "
+                                               "leave it empty when you have no price"]}
         return {}
 
 

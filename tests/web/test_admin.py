@@ -82,6 +82,10 @@ def test_a_price_of_zero_is_refused_and_an_empty_one_is_no_price(staff):
     assert "must be more than 0: leave it empty" in page and "greater than or equal to" not in page
     page = add_gpu(staff, "Dear", price_per_gpu_hour_usd="1e30").content.decode()  # in the engine's words too
     assert "must be at most 10,000 USD a GPU-hour (got 1e+30)" in page and "Ensure this value" not in page
+    # 5e-324 made a sweep's costs 0.0, the tie the first rule prevents.
+    page = add_gpu(staff, "Nearly free", price_per_gpu_hour_usd="5e-324").content.decode()
+    assert "must be at least 0.0001 USD a GPU-hour (got 4.94066e-324): leave it empty" in page
+    assert not GPUType.objects.filter(name="Nearly free").exists()
     constants = {"gemm_efficiency": "0.8", "fp8_gemm_efficiency": "0.72", "sustained_clock": "1.0",
                  "hbm_efficiency": "0.85", "kernel_overhead_us": "4", "attention_efficiency": "0.55"}
     assert add_gpu(staff, "Unpriced", price_per_gpu_hour_usd="", **constants).status_code == 302
