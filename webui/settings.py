@@ -238,7 +238,9 @@ PLAN_RECOVER_EVERY_S = env_float("PLAN_RECOVER_EVERY_S", 10)  # each worker's ou
 # and its plan is back in the queue within about PLAN_LEASE_S + PLAN_RECOVER_EVERY_S, not only once the hard time
 # limit has passed (up to 2.5 minutes). Room for two missed sweeps at least.
 PLAN_LEASE_S = max(env_float("PLAN_LEASE_S", 30), 3 * PLAN_RECOVER_EVERY_S)
-PLAN_RESEND_AFTER_S = env_float("PLAN_RESEND_AFTER_S", 120)  # sent, never started (broker lost it): send again
+# Sent, never started, and missing from its broker queue (the broker lost it, or a worker killed whole had taken it
+# before claiming it): sent again. As soon as a lapsed lease is back: a taken message waited 2 minutes.
+PLAN_RESEND_AFTER_S = env_float("PLAN_RESEND_AFTER_S", 45)
 PLAN_MEMORY_LIMIT_MB = int(os.environ.get("PLAN_MEMORY_LIMIT_MB", "4096"))  # address space of a search process
 # Defaults for a task sent without its own limits (by hand, say); plans always carry their own.
 CELERY_TASK_SOFT_TIME_LIMIT = PLAN_TIME_LIMIT_S
