@@ -81,11 +81,12 @@ class Placement:
     groups: dict[str, GroupPlacement]
     tp_inside_nvlink_domain: bool
     topology: str = ""
+    domains_span_nodes: bool = False  # NVLink domains of several nodes (GB200 NVL72's 18 trays)
 
     def describe(self) -> str:
         """One line a planner reads, e.g. "TP 8 inside each NVLink domain, DP 8 across 8 nodes over
         InfiniBand (rail-aligned), PP 16 across 16 nodes over InfiniBand"."""
-        parts = [_describe(g, self.topology) for g in self.groups.values() if g.size > 1]
+        parts = [_describe(g, self.topology, self.domains_span_nodes) for g in self.groups.values() if g.size > 1]
         return ", ".join(parts) or "one GPU: no parallel groups"
 
     def as_dict(self) -> dict:
@@ -95,11 +96,14 @@ class Placement:
                 "groups": {kind: g.as_dict() for kind, g in self.groups.items()}}
 
 
-def _describe(g: GroupPlacement, topology: str) -> str:
+def _describe(g: GroupPlacement, topology: str, domains_span_nodes: bool = False) -> str:
     name = f"{g.kind.upper()} {g.size}"
     if g.domains == 1:
         return f"{name} inside each NVLink domain" + (f" (across {g.nodes} nodes)" if g.nodes > 1 else "")
-    where = f"across {g.nodes} nodes" if g.nodes == g.domains else f"across {g.domains} NVLink domains"
+    # Where a domain is a node, nodes are what a planner counts; where it spans several (a rack of trays), the
+    # domains are ("PP 9 across 9 nodes" was nine NVL72 racks).
+    where = (f"across {g.nodes} nodes" if g.nodes == g.domains and not domains_span_nodes
+             else f"across {g.domains} NVLink domains")
     most = g.most_per_domain
     notes = [f"{'' if g.even_per_domain else 'up to '}{most} per NVLink domain"] if most > 1 else []
     if g.bottleneck in LEVEL_NAMES and g.bottleneck != "nic":
@@ -169,7 +173,8 @@ def place(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int, ran
         if key not in shaped:
             shaped[key] = _group(cluster, *key)
         groups[kind] = shaped[key]
-    return Placement(rank_order, groups, True, cluster.fabric.topology)
+    return Placement(rank_order, groups, True, cluster.fabric.topology,
+                     cluster.node.nvlink_domain_gpus > cluster.node.gpus)
 
 
 def _group(cluster: ClusterSpec, kind: str, stride: int, size: int) -> GroupPlacement:

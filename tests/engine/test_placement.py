@@ -334,6 +334,16 @@ def test_an_uneven_spread_over_nvlink_domains_is_described_as_it_is():
     assert "(2 per NVLink domain" in place(make_cluster(1024), 4, 1, 32, 8, 1, "tp-cp-dp-pp").describe()
 
 
+def test_groups_across_racks_of_trays_are_counted_in_nvlink_domains_not_nodes():
+    """Nine pipeline stages on nine NVL72 racks were "PP 9 across 9 nodes" (trays); where a domain is one node,
+    nodes it stays."""
+    nvl72 = make_cluster(4608, node="GB200 NVL72 compute tray", gpu="GB200",
+                         fabric="XDR InfiniBand rail-optimized (Quantum-X800)")
+    assert "PP 9 across 9 NVLink domains over InfiniBand" in place(nvl72, 4, 2, 64, 9, 1, "tp-cp-dp-pp").describe()
+    assert "PP 4 across 4 nodes over InfiniBand" in place(make_cluster(1024), 8, 1, 32, 4, 1,
+                                                          "tp-cp-dp-pp").describe()
+
+
 def test_a_cluster_smaller_than_a_node():
     cluster = dataclasses.replace(make_cluster(8), num_gpus=4)
     placed = place(cluster, 2, 1, 2, 1, 1, "tp-cp-dp-pp")
