@@ -159,7 +159,8 @@ def scenario_doc(base: Mapping[str, Any], values: Mapping[str, Any],
         preset = ((catalog or {}).get("model") or {}).get(doc["model"].strip())
         if preset is None:
             names = ", ".join(sorted((catalog or {}).get("model") or {})[:20])
-            raise SpecError.one("model", f"unknown model preset {doc['model'][:60]!r} (known: {names})")
+            # In the plans API's words (spec._hardware); it was "unknown model preset" here.
+            raise SpecError.one("model", f"unknown catalog name {doc['model'][:60]!r} (known: {names})")
         doc["model"] = dict(preset)  # an inline model inherits nothing from a preset of its name
     for path, value in sorted(values.items(), key=lambda kv: kv[0].count(".")):  # whole sections first
         if path != "model":

@@ -74,7 +74,7 @@ def test_an_unknown_catalog_name_on_an_axis_is_named(catalog):
     errors = errors_of(BASE, {"cluster.gpu": ["H100 SXM5 80GB", "Z9000"]}, catalog)
     assert "scenario {cluster.gpu: Z9000}: cluster.gpu: unknown catalog name 'Z9000'" in errors["vary.cluster.gpu"][0]
     errors = errors_of(BASE, {"model": ["Llama 9"]}, catalog)
-    assert "unknown model preset 'Llama 9'" in errors["vary.model"][0]
+    assert "unknown catalog name 'Llama 9'" in errors["vary.model"][0]  # the plans API's words (was "model preset")
 
 
 def test_more_than_1024_scenarios_is_refused_with_the_count(catalog):
