@@ -6,23 +6,25 @@ from __future__ import annotations
 from typing import Any
 
 
-def duration(seconds: Any, digits: int = 3) -> str:
-    """3.2 s, 14.5 min, 6.3 h, 41.2 days, 2.1 years (`digits` significant digits)."""
+def duration(seconds: Any, digits: int = 3, zeros: bool = False) -> str:
+    """3.2 s, 14.5 min, 6.3 h, 41.2 days, 2.1 years (`digits` significant digits; with `zeros`, trailing zeros
+    kept: 10.10 s)."""
     try:
         s = float(seconds)
     except (TypeError, ValueError):
         return "–"
+    form = f"{'#' if zeros else ''}.{digits}g"
     for limit, unit, scale in ((1, "ms", 1e-3), (120, "s", 1), (7200, "min", 60), (172800, "h", 3600),
                                (2 * 365 * 86400, "days", 86400)):
         if s < limit:
-            return f"{s / scale:.{digits}g} {unit}"
-    return f"{s / (365 * 86400):.{digits}g} years"
+            return f"{format(s / scale, form).rstrip('.')} {unit}"
+    return f"{format(s / (365 * 86400), form).rstrip('.')} years"
 
 
 def step_time(seconds: Any) -> str:
-    """A step time, to four significant digits: ranked layouts 9.996, 10.031 and 10.037 s apart read "10.00", "10.03"
-    and "10.04" rather than three times "10 s" (the table of layouts and the headline above it)."""
-    return duration(seconds, digits=4)
+    """A step time, to four significant digits, zeros kept: ranked layouts 9.9996, 10.031, 10.104 s read "10.00 s",
+    "10.03 s", "10.10 s", not "10 s", "10 s", "10.1 s" (the table of layouts and the headline above it)."""
+    return duration(seconds, digits=4, zeros=True)
 
 
 def number(value: Any, digits: int = 3) -> str:

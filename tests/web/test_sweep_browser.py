@@ -50,7 +50,7 @@ def test_a_planner_sweeps_scenarios_and_compares_two(web, worker, seeded, browse
     for value in (0.0004, 3.21, 654, 9000, 200_000, 5e7, 1e8):
         assert page.evaluate(f"window.sweepFormat.duration({value})") == duration(value), value
     from webui.templatetags.planner_format import step_time
-    for value in (0.0004, 9.996, 10.031, 10.0, 654.3):
+    for value in (0.0004, 9.996, 10.031, 10.0, 10.104, 9.9996, 654.3, 9000, 5e7):
         assert page.evaluate(f"window.sweepFormat.stepTime({value})") == step_time(value), value
     for value in (0.449, 12.5, 104_500, 3_145_728):
         assert page.evaluate(f"window.sweepFormat.number({value})") == number(value), value

@@ -19,19 +19,18 @@
   // A duration as the server's `duration` filter writes it: 3.2 s, 10.9 min, 6.3 h, 41.2 days, 2.1 years.
   var DURATIONS = [[1, "ms", 1e-3], [120, "s", 1], [7200, "min", 60], [172800, "h", 3600],
                    [2 * 365 * 86400, "days", 86400]];
-  function duration(seconds, digits) {
+  function duration(seconds, digits, zeros) {
     if (seconds === null || seconds === undefined) return "–";
     digits = digits || 3;
+    function shown(x) { return zeros ? x.toPrecision(digits) : String(Number(x.toPrecision(digits))); }
     for (var i = 0; i < DURATIONS.length; i++) {
-      if (seconds < DURATIONS[i][0]) {
-        return String(Number((seconds / DURATIONS[i][2]).toPrecision(digits))) + " " + DURATIONS[i][1];
-      }
+      if (seconds < DURATIONS[i][0]) return shown(seconds / DURATIONS[i][2]) + " " + DURATIONS[i][1];
     }
-    return String(Number((seconds / (365 * 86400)).toPrecision(digits))) + " years";
+    return shown(seconds / (365 * 86400)) + " years";
   }
 
-  // A step time as the server's `step_time` filter writes it: four significant digits.
-  function stepTime(seconds) { return duration(seconds, 4); }
+  // A step time as the server's `step_time` filter writes it: four significant digits, zeros kept.
+  function stepTime(seconds) { return duration(seconds, 4, true); }
 
   // For the browser test that holds these to the server's filters.
   window.sweepFormat = {duration: duration, number: number, stepTime: stepTime};
