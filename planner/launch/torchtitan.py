@@ -174,6 +174,13 @@ def _pipeline(job: Job, key, em: Emitter) -> None:
         key("parallelism", "pipeline_parallel_first_stage_less_layers", 0)
         key("parallelism", "pipeline_parallel_last_stage_less_layers", 0)
         return
+    if min(chunks) == 0:
+        # The plan's split leaves a virtual stage without a layer (3 layers over 4 virtual stages): torchtitan
+        # builds an optimizer for each model part, and PyTorch refuses one of no parameters.
+        em.note(f"{chunks.count(0)} of the plan's {len(chunks)} virtual stages hold no layer, which torchtitan "
+                "cannot build (an optimizer of no parameters): set parallelism.module_fqns_per_model_part by hand "
+                "with fewer virtual stages on the shorter pipeline stages, or plan with fewer virtual stages")
+        return
     # The plan's uneven split (fewer layers on the last, then the first stage: memory.stage_split), module by
     # module, in stage order: each rank's first virtual stage, then each rank's second (torchtitan's "loop"
     # stage assignment), with the module names of torchtitan's Llama and DeepSeek-V3 models.
