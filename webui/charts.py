@@ -225,7 +225,7 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
     stages = max(int(c.get("pp", 0) or 0) for c in cells) + 1
     colourscale = []
     for s in range(stages):
-        colour = _stage_colour(s, stages)
+        colour = distinct_colour(s, stages)
         colourscale += [[s / stages, colour], [(s + 1) / stages, colour]]
     heatmap: dict[str, Any] = {
         "type": "heatmap", "z": z, "zmin": -0.5, "zmax": stages - 0.5, "colorscale": colourscale,
@@ -258,15 +258,15 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
         yaxis={"autorange": "reversed", "type": "category", "automargin": True})}
 
 
-def _stage_colour(stage: int, stages: int) -> str:
-    """Pipeline stage `stage` of `stages`: the palette's colours while they last, then Plotly's 24 qualitative
-    "Dark24" colours (stages 0 and 10 were both blue); past 24 stages, hues spread by the golden ratio at three
-    lightnesses, so that no two stages share a colour and neighbours differ."""
-    if stages <= len(PALETTE):
-        return PALETTE[stage]
-    if stages <= len(qualitative.Dark24):
-        return qualitative.Dark24[stage]
-    return f"hsl({round(stage * 222.4922) % 360}, 62%, {52 + 8 * (stage % 3) - 8}%)"
+def distinct_colour(i: int, n: int) -> str:
+    """Colour `i` of `n` that must all differ (pipeline stages, a sweep's series): the palette's colours while they
+    last, then Plotly's 24 qualitative "Dark24" colours (stages 0 and 10 were both blue); past 24, hues spread by
+    the golden ratio at three lightnesses, so that no two share a colour and neighbours differ."""
+    if n <= len(PALETTE):
+        return PALETTE[i]
+    if n <= len(qualitative.Dark24):
+        return qualitative.Dark24[i]
+    return f"hsl({round(i * 222.4922) % 360}, 62%, {52 + 8 * (i % 3) - 8}%)"
 
 
 def _shown_part(result: dict[str, Any], cells: list[dict[str, Any]], total: int) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from planner.whatif.goal import pareto_front
 from planner.whatif.sweep import CATALOG_PATHS
 
-from .charts import PALETTE, Figure, _layout, legend_below, log_axis, plotly_text
+from .charts import Figure, _layout, distinct_colour, legend_below, log_axis, plotly_text
 
 GPUS = "cluster.num_gpus"
 
@@ -39,7 +39,7 @@ def time_vs_gpus(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
     data = []
     for i, (name, items) in enumerate(series.items()):
         items.sort(key=lambda r: r["num_gpus"])
-        colour = PALETTE[i % len(PALETTE)]
+        colour = distinct_colour(i, len(series))  # twelve series had drawn two pairs alike
         gpus = [r["num_gpus"] for r in items]
         data.append({"type": "scatter", "mode": "lines+markers", "name": name, "x": gpus,
                      "y": [r["time_to_train_days"] for r in items], "marker": {"color": colour},

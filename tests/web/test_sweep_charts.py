@@ -31,6 +31,13 @@ def test_time_against_gpus_has_one_line_per_fabric_with_its_ideal_scaling():
     assert fig["layout"]["xaxis"]["type"] == "log"
 
 
+def test_twelve_series_get_twelve_colours():
+    """Past the palette's ten, series 11 and 12 took the colours of 1 and 2, with the same line style."""
+    rows = [row(n, f"fabric {k}", 40.0 * 256 / n, 0.5) for k in range(12) for n in (256, 512)]
+    lines = [t for t in time_vs_gpus(rows, AXES)["data"] if not t["name"].startswith("ideal")]
+    assert len(lines) == 12 and len({t["marker"]["color"] for t in lines}) == 12
+
+
 def test_gpu_hours_against_time_joins_the_pareto_front_and_marks_the_deadline():
     fig = cost_vs_time(ROWS, {"tokens": 1e12, "deadline_days": 30})
     front, meets, misses = fig["data"]  # the front drawn first, under the scenarios' markers
