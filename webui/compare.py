@@ -112,19 +112,20 @@ def _chart_labels(plans: list[Plan]) -> tuple[list[str], str]:
     labels and what the chart's title adds ("" for none)."""
     titles = [plan.title for plan in plans]
     # One title for all: the bars say only what differs ("global batch 2,048, pinned: TP 2"); the shared title
-    # came first and was all a phone's shortened label kept. Titles that differ only after shared words ("Llama 3
-    # 70B on 512 × H100 ..." and "... × A100 ...") lose those words: a phone kept "#1 Llama 3 70B on…" of each.
+    # came first and was all a phone's shortened label kept. Titles that differ only after shared parts ("Llama 3
+    # 70B on 512 × H100 ..." and "... × A100 ...") lose those parts, whole: a phone kept "#1 Llama 3 70B on…" of
+    # each, and shared words had cut "Llama 3.1 405B" to "3.1 405B".
     if len(plans) < 2:
         labels, shared = titles, ""
     elif len(set(titles)) == 1:
         labels, shared = [""] * len(plans), titles[0]
     else:
-        words = [title.split(" ") for title in titles]
+        parts = [plan.title_parts for plan in plans]
         lead = 0
-        while all(len(w) > lead + 1 for w in words) and len({w[lead] for w in words}) == 1:
+        while all(len(p) > lead + 1 for p in parts) and len({p[lead] for p in parts}) == 1:
             lead += 1
-        labels = [" ".join(w[lead:]) for w in words]
-        shared = " ".join(words[0][:lead]) + " …" if lead else ""
+        labels = [" ".join(p[lead:]) for p in parts]
+        shared = " ".join(parts[0][:lead]) + " …" if lead else ""
     for row in _table(_request_rows(plans), plans):
         tied = [[i for i, other in enumerate(labels) if other == label] for label in set(labels)]
         tied = [group for group in tied if len(group) > 1]

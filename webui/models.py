@@ -310,11 +310,17 @@ class Plan(models.Model):
 
     @property
     def title(self) -> str:
+        return " ".join(self.title_parts)
+
+    @property
+    def title_parts(self) -> list[str]:
+        """The title in its parts, which compare's chart labels drop whole where every plan shares them: "Llama 3
+        70B on", "512 ×", "H100 SXM5 80GB" (dropping shared words cut "Llama 3.1 405B" to "3.1 405B")."""
         model = (self.spec or {}).get("model", {})
         cluster = (self.spec or {}).get("cluster", {})
         gpu = cluster.get("gpu", {}).get("name", "GPUs")
         gpus = cluster.get("num_gpus", "?")
-        return f"{model.get('name', 'model')} on {f'{gpus:,}' if isinstance(gpus, int) else gpus} × {gpu}"
+        return [f"{model.get('name', 'model')} on", f"{f'{gpus:,}' if isinstance(gpus, int) else gpus} ×", gpu]
 
     @property
     def is_pending(self) -> bool:

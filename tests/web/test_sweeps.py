@@ -324,6 +324,17 @@ def test_compare_charts_tell_plans_with_one_title_apart_by_what_differs(client, 
         "#1 training stack megatron_core", "#2 training stack torchtitan"]
 
 
+def test_compare_labels_drop_only_whole_shared_parts_of_the_titles(client, seeded):
+    """Llama 3 70B beside Llama 3.1 405B shared the word "Llama", and the bars read "3 70B on ..." and "3.1 405B on
+    ..."; a shared part is dropped whole or not at all."""
+    a, b = finished_plans(client, 2)
+    Plan.objects.filter(pk=b.pk).update(spec=dict(b.spec, model=dict(b.spec["model"], name="Llama 3.1 8B")))
+    figures = client.get(f"/compare/?plans={a.code},{b.code}").context["figures"]
+    assert figures["memory"]["data"][0]["y"] == ["#1 Llama 3 8B on 64 × H100 SXM5 80GB",
+                                                 "#2 Llama 3.1 8B on 128 × H100 SXM5 80GB"]
+    assert figures["memory"]["layout"]["title"]["text"].endswith("best layout of each plan")
+
+
 def test_compare_says_how_two_plans_of_one_gpu_name_differ(client, seeded):
     # A catalog GPU edited in the admin between two plans: both said "H100 SXM5 80GB", nothing else differed on
     # the page but the capacity, and the bars had one title.
