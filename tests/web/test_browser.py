@@ -73,6 +73,15 @@ def test_a_new_user_plans_a_job_and_shares_the_link(web, worker, seeded, browser
     page.select_option("select[name=training__framework]", "generic")
     assert page.input_value("select[name=training__checkpoint_impl]") == "megatron"
     assert page.is_checked("input[name=training__tp_wgrad_overlap]")
+    # An option chosen by hand stays through a change of stack, as the server keeps it (it went back to flash).
+    page.select_option("select[name=training__attention]", "cudnn")
+    page.select_option("select[name=training__framework]", "fsdp")
+    assert page.input_value("select[name=training__attention]") == "cudnn"
+    page.select_option("select[name=training__framework]", "megatron_core")
+    assert page.input_value("select[name=training__attention]") == "cudnn"
+    assert page.input_value("select[name=training__checkpoint_impl]") == "megatron"  # the stack's, never changed
+    page.select_option("select[name=training__attention]", "flash")
+    page.select_option("select[name=training__framework]", "generic")
     page.select_option("select[name=training__framework]", "torchtitan")
     page.check("input[name=training__tp_comm_overlap]")  # one mechanism set; the page says the rest were assumed
     page.fill("input[name=num_gpus]", "64")

@@ -65,20 +65,31 @@
   });
 
   // The training stack fills the options it sets (and puts the others back to the engine's defaults), as the
-  // server does for a request that names a stack and leaves them out.
+  // server does for a request that names a stack and leaves them out; an option the person changed from what the
+  // previous stack showed is kept, as the server keeps it without the script (forms._stack_filled). Choosing a
+  // stack had put an attention kernel picked by hand back to the default.
   var stackData = JSON.parse(document.getElementById("stack-data").textContent);
   var stackSelect = document.querySelector("[name='training__framework']");
+  function stackValue(stack, key) {
+    var settings = stackData.stacks[stack] || {};
+    return Object.prototype.hasOwnProperty.call(settings, key) ? settings[key] : stackData.defaults[key];
+  }
+  function shows(input, value) {
+    if (input.type === "checkbox") return input.checked === (value === true);
+    var typed = input.value, number = Number(typed);
+    return typed === String(value) || (typed.trim() !== "" && typeof value === "number" && number === value);
+  }
   if (stackSelect) {
     stackSelect.addEventListener("change", function () {
-      var chosen = stackData.stacks[stackSelect.value] || {};
+      var shown = document.querySelector("[name='stack_shown']");
+      var before = shown ? shown.value : "";
       Object.keys(stackData.defaults).forEach(function (key) {
         var input = document.querySelector("[name='training__" + key + "']");
-        if (!input) return;
-        var value = Object.prototype.hasOwnProperty.call(chosen, key) ? chosen[key] : stackData.defaults[key];
+        if (!input || (before && !shows(input, stackValue(before, key)))) return;  // changed by the person
+        var value = stackValue(stackSelect.value, key);
         if (input.type === "checkbox") input.checked = value === true;
         else input.value = value;
       });
-      var shown = document.querySelector("[name='stack_shown']");
       if (shown) shown.value = stackSelect.value;
     });
   }
