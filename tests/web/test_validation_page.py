@@ -40,6 +40,8 @@ def test_the_validation_page_shows_the_figures_charts_and_constants(client):
     for group in snapshot["groups"]:
         assert group in page
     assert "H100 bf16" in page and "ADAM_OTHER_BYTES" in page and "NVIDIA V100 datasheet" in page
+    # The GPU figures are the shipped ones the runs were costed with, said so: an admin's edits are not shown here.
+    assert "<h3>GPUs of the shipped catalog</h3>" in page
     held = snapshot["holdout"]
     assert f"<td>{held['rows']}</td><td>{held['measured']}</td><td>{held['modelled']}</td>" in page
     # The lean beside the size: the signed median of all runs, e.g. -2.3%.
