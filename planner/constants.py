@@ -87,7 +87,9 @@ ELEMENTWISE_BACKWARD_FACTOR = 1.35
 # scores, dropout reads, writes and keeps a 1-byte mask), backward 11 (softmax reads y and dy, writes dx;
 # dropout reads dy and the mask, writes dx).
 SOFTMAX_DROPOUT_BYTES = (9.0, 11.0)
-SOFTMAX_BYTES = (4.0, 6.0)  # without dropout
+# Unfused softmax alone, without dropout: forward 4 bytes per element (reads and writes 2-byte scores), backward 6
+# (reads y and dy, writes dx).
+SOFTMAX_BYTES = (4.0, 6.0)
 # Transformer Engine runs a grouped linear layer's per-expert cuBLAS GEMMs round-robin over this many CUDA streams
 # (nvte_multi_stream_cublas_gemm and nvte_get_num_compute_streams, transformer_engine/common: 4 compute streams), so
 # the tiles of that many experts share the SMs' waves (training.expert_gemm "streams").

@@ -269,7 +269,7 @@ def module_constants(module) -> list[dict[str, Any]]:
     """Upper-case module constants with literal values, each with the comment block above it (or beside it)."""
     text = Path(module.__file__).read_text()
     lines = text.splitlines()
-    out = []
+    out, before = [], None
     for node in ast.parse(text).body:
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
                 and node.targets[0].id.isupper()):
@@ -277,12 +277,18 @@ def module_constants(module) -> list[dict[str, Any]]:
         value = getattr(module, node.targets[0].id, None)
         if not _json_literal(value):
             continue
-        out.append({"name": node.targets[0].id, "module": module.__name__, "value": _plain(value),
-                    "source": _comment_above(lines, node.lineno - 1)})
+        block, inline = _comment_above(lines, node.lineno - 1)
+        # A block shared by a run of constants is written once, at the first (the context-parallel paragraph
+        # stood word for word on eight rows of /validation/).
+        shared = block and before is not None and block == before[0] and node.lineno - 1 == before[1] + 1
+        first = before[2] if shared else node.targets[0].id
+        source = " ".join(part for part in (f"See {first}." if shared else block, inline) if part)
+        out.append({"name": node.targets[0].id, "module": module.__name__, "value": _plain(value), "source": source})
+        before = (block, node.end_lineno - 1, first)
     return out
 
 
-def _comment_above(lines: list[str], index: int) -> str:
+def _comment_above(lines: list[str], index: int) -> tuple[str, str]:
     """The comment block above a constant (shared by the constants right below it, as GEMM_TILE_M and _N), else
     the heading of its section ("# --- Latency (microseconds), NCCL defaults ---"), and its end-of-line comment."""
     inline = lines[index].split("#", 1)[1].strip() if "#" in lines[index] else ""
@@ -296,7 +302,7 @@ def _comment_above(lines: list[str], index: int) -> str:
     if not block:
         heading = next((line for line in reversed(lines[:index]) if line.startswith("# ---")), "")
         block = [heading.strip("#- ")] if heading else []
-    return " ".join(part for part in (" ".join(block), inline) if part)
+    return " ".join(block), inline
 
 
 def _shown(path: Path) -> str:
