@@ -169,17 +169,21 @@ def _request_rows(plans: list[Plan]) -> list[tuple[str, Callable[[Plan], Any]]]:
     rows = [("status", lambda p: p.status)] + [(label, tokens if path == ("training", "tokens") else spec(*path))
                                                for label, path in REQUEST_ROWS]
     shown = {path for _, path in REQUEST_ROWS}
+    moe_paths = {("model", name) for name in MOE_ONLY}
+
+    def moe_only(path: tuple[str, ...]) -> Callable[[Plan], Any]:  # "–" for a dense model beside an MoE one
+        return lambda plan: _spec_at(plan, *path) if (_spec_at(plan, "model", "experts") or 1) > 1 else None
     if all((_spec_at(plan, "model", "experts") or 1) == 1 for plan in plans):
         # Dense models all: an expert's fields say nothing (the expert FFN width is the FFN width, and differed
         # wherever that did).
-        shown |= {("model", name) for name in MOE_ONLY}
+        shown |= moe_paths
     for section, (title, *keys) in SPEC_SECTIONS.items():
         for f in SECTIONS[section]:
             path = (*keys, f.name)
             if path in shown:  # the names too
                 continue
             if len({_format(_spec_at(plan, *path)) for plan in plans}) > 1:
-                rows.append((f"{title}: {field_label(f)}", spec(*path)))
+                rows.append((f"{title}: {field_label(f)}", moe_only(path) if path in moe_paths else spec(*path)))
     return rows
 
 

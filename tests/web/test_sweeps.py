@@ -363,8 +363,12 @@ def test_compare_of_dense_models_has_no_expert_rows(client, seeded):
 
     labels = rows()
     assert "model: FFN hidden size" in labels and not any("Expert" in label for label in labels), labels
-    Plan.objects.filter(pk=b.pk).update(spec=dict(spec, model=dict(spec["model"], experts=8, top_k=2)))
-    assert "model: Expert FFN hidden size" in rows()
+    Plan.objects.filter(pk=b.pk).update(spec=dict(spec, model=dict(spec["model"], experts=8, top_k=2,
+                                                                    expert_ffn_hidden=2048)))
+    response = client.get(f"/compare/?plans={a.code},{b.code}")
+    expert = next(r for s in response.context["sections"] for r in s["rows"]
+                  if r["label"] == "model: Expert FFN hidden size")
+    assert expert["cells"] == ["–", "2,048"]  # the dense model's own FFN width had stood there
 
 
 def test_compare_shows_pins_and_labels_bars_with_no_more_than_tells_them_apart(client, seeded):

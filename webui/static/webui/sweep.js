@@ -7,7 +7,7 @@
   function showProgress(done, total) {
     var bar = document.getElementById("sweep-bar");
     bar.style.width = (total ? Math.round(100 * done / total) : 100) + "%";
-    document.getElementById("sweep-done").textContent = done;
+    document.getElementById("sweep-done").textContent = done.toLocaleString("en-US");  // as the page: 1,024
   }
 
   // Three significant digits, thousands separated, as the server's `number` filter writes them.
