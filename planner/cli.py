@@ -213,7 +213,9 @@ def print_table(answer: dict[str, Any], out: TextIO) -> None:
         for p in answer["plans"]:
             parts = ", ".join(f"{k} {v:.3g}" for k, v in p["time_s"].items() if v > 0)
             rank = f"{'~' if p['rank'] in tied else ''}{p['rank']}"
-            out.write(f"{rank:>5}  {p['label']:<{width}} {p['step_time_s']:>9.3f} {p['tokens_per_s']:>13,.0f} "
+            # Four digits, as the pages write step times: 10.100 and 0.123 had stood beside their 10.10 and 0.1234.
+            step = units.significant(p["step_time_s"], 4)
+            out.write(f"{rank:>5}  {p['label']:<{width}} {step:>9} {p['tokens_per_s']:>13,.0f} "
                       f"{p['mfu']:>6.1%} {p['memory_gib']['total']:>6.1f}  {parts}\n")
         if tied:
             out.write("~ within the model's measured error of the best: not reliably slower\n")

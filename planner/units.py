@@ -3,22 +3,36 @@ filters, webui/templatetags/planner_format.py, are these): durations in ms/s/min
 digits with thousands separators, and large counts the way people say them."""
 from __future__ import annotations
 
+import math
 from typing import Any
+
+
+# (below this many seconds, unit, seconds in one) for durations
+DURATION_UNITS = ((1, "ms", 1e-3), (120, "s", 1), (7200, "min", 60), (172800, "h", 3600),
+                  (2 * 365 * 86400, "days", 86400), (math.inf, "years", 365 * 86400))
 
 
 def duration(seconds: Any, digits: int = 3, zeros: bool = False) -> str:
     """3.2 s, 14.5 min, 6.3 h, 41.2 days, 2.1 years (`digits` significant digits; with `zeros`, trailing zeros
-    kept: 10.10 s)."""
+    kept: 10.10 s). The unit is the one the rounded figure stays under: 0.99996 s is "1.000 s", not "1000 ms"."""
     try:
         s = float(seconds)
     except (TypeError, ValueError):
         return "–"
-    form = f"{'#' if zeros else ''}.{digits}g"
-    for limit, unit, scale in ((1, "ms", 1e-3), (120, "s", 1), (7200, "min", 60), (172800, "h", 3600),
-                               (2 * 365 * 86400, "days", 86400)):
-        if s < limit:
-            return f"{format(s / scale, form).rstrip('.')} {unit}"
-    return f"{format(s / (365 * 86400), form).rstrip('.')} years"
+    for limit, unit, scale in DURATION_UNITS:
+        text = significant(s / scale, digits) if zeros else f"{s / scale:.{digits}g}"
+        if float(text.replace(",", "")) < limit / scale:
+            return f"{text} {unit}"
+    return "–"  # NaN
+
+
+def significant(value: float, digits: int = 4) -> str:
+    """`digits` significant digits with the trailing zeros kept and no exponent where it reads as a plain number:
+    9.944, 10.10, 0.1234, 12,345 (a step time in the command line's table, as the pages write it)."""
+    if abs(value) >= 10 ** digits:
+        return f"{value:,.0f}"
+    text = format(value, f"#.{digits}g")
+    return format(value, f".{digits}g") if "e" in text else text.rstrip(".")
 
 
 def step_time(seconds: Any) -> str:

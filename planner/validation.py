@@ -282,7 +282,8 @@ def module_constants(module) -> list[dict[str, Any]]:
         # stood word for word on eight rows of /validation/).
         shared = block and before is not None and block == before[0] and node.lineno - 1 == before[1] + 1
         first = before[2] if shared else node.targets[0].id
-        source = " ".join(part for part in (f"See {first}." if shared else block, inline) if part)
+        source = (f"See {first}" + (f"; {inline}" if inline else ".")) if shared else \
+            " ".join(part for part in (block, inline) if part)
         out.append({"name": node.targets[0].id, "module": module.__name__, "value": _plain(value), "source": source})
         before = (block, node.end_lineno - 1, first)
     return out

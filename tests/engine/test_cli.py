@@ -45,7 +45,10 @@ def test_the_table_keeps_its_columns_under_long_labels_and_groups_digits():
     rows = [line for line in lines if line[:5].strip().lstrip("~").isdigit()]
     assert len(rows) == 5 and any(len(line.split("  ")[2].strip()) > 46 for line in rows if "PP inside DP" in line)
     end = header.index("step s") + len("step s")
-    assert all(re.fullmatch(r"\d+\.\d{3}", row[end - 9:end].strip()) and row[end] == " " for row in rows)
+    # Step times to four significant digits, as the pages write them (9.996, 10.03)
+    steps = [row[end - 9:end].strip() for row in rows]
+    assert all(re.fullmatch(r"\d+\.\d+", s) and len(s.replace(".", "").lstrip("0")) == 4 for s in steps), steps
+    assert all(row[end] == " " for row in rows)
     tokens_end = header.index("tokens/s") + len("tokens/s")
     assert all(re.fullmatch(r"\d{1,3}(,\d{3})+", row[tokens_end - 13:tokens_end].strip()) for row in rows)
     assert lines[0].startswith("Llama 3.1 405B: 405.9B parameters, 4,608 x GB200")

@@ -124,6 +124,7 @@ def test_the_answer_is_plain_json_with_the_constants_and_their_sources(small):
     assert engine["GEMM_TILE_M"]["source"].startswith("Output tile")
     assert engine["GEMM_TILE_N"]["source"] == "See GEMM_TILE_M."
     assert engine["CP_GRAD_KV_BYTES_PYTORCH"]["source"] == "See CP_MERGE_BYTES_TE."
+    assert engine["CP_ONCE_FWD_BYTES_PYTORCH"]["source"] == "See CP_MERGE_BYTES_TE; per query element, per key element"
     assert "busbw" in engine["NVLINK_RING_EFF"]["source"]  # the collectives' efficiencies too
     assert [c["name"] for c in engine.values() if not c["source"]] == []
     gpus = {g["name"]: g for g in small["constants"]["gpus"]}

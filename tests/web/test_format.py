@@ -17,7 +17,8 @@ def test_durations_read_in_the_largest_sensible_unit(seconds, text):
 # Ranked layouts 9.996, 10.031 and 10.037 s read "9.97 s, 10 s, 10 s" at three digits.
 @pytest.mark.parametrize("seconds,text", [(9.996, "9.996 s"), (10.031, "10.03 s"), (10.037, "10.04 s"),
                                           (10.98, "10.98 s"), (0.12345, "123.5 ms"), (654.6, "10.91 min"),
-                                          (10.104, "10.10 s"), (9.9996, "10.00 s"), (16.2, "16.20 s")])
+                                          (10.104, "10.10 s"), (9.9996, "10.00 s"), (16.2, "16.20 s"),
+                                          (0.99996, "1.000 s"), (119.996, "2.000 min")])  # was "1000 ms"
 def test_step_times_read_to_four_digits(seconds, text):
     assert fmt.step_time(seconds) == text
 

@@ -47,10 +47,10 @@ def test_a_planner_sweeps_scenarios_and_compares_two(web, worker, seeded, browse
     page.screenshot(path=str(SCREENSHOT), full_page=True)
     # The live table writes values as the reloaded page does (a 654 s step was "654 s" live, "10.9 min" after).
     from webui.templatetags.planner_format import duration, number
-    for value in (0.0004, 3.21, 654, 9000, 200_000, 5e7, 1e8):
+    for value in (0.0004, 3.21, 654, 9000, 200_000, 5e7, 1e8, 0.9996):
         assert page.evaluate(f"window.sweepFormat.duration({value})") == duration(value), value
     from webui.templatetags.planner_format import step_time
-    for value in (0.0004, 9.996, 10.031, 10.0, 10.104, 9.9996, 654.3, 9000, 5e7):
+    for value in (0.0004, 9.996, 10.031, 10.0, 10.104, 9.9996, 0.99996, 119.996, 654.3, 9000, 5e7):
         assert page.evaluate(f"window.sweepFormat.stepTime({value})") == step_time(value), value
     for value in (0.449, 12.5, 104_500, 3_145_728):
         assert page.evaluate(f"window.sweepFormat.number({value})") == number(value), value

@@ -16,17 +16,23 @@
     return Math.abs(x) >= 1000 ? Math.round(x).toLocaleString("en-US") : String(Number(x.toPrecision(3)));
   }
 
-  // A duration as the server's `duration` filter writes it: 3.2 s, 10.9 min, 6.3 h, 41.2 days, 2.1 years.
+  // A duration as the server's `duration` filter writes it: 3.2 s, 10.9 min, 6.3 h, 41.2 days, 2.1 years; in the
+  // unit the rounded figure stays under (0.99996 s is "1.000 s", not "1000 ms").
   var DURATIONS = [[1, "ms", 1e-3], [120, "s", 1], [7200, "min", 60], [172800, "h", 3600],
-                   [2 * 365 * 86400, "days", 86400]];
+                   [2 * 365 * 86400, "days", 86400], [Infinity, "years", 365 * 86400]];
   function duration(seconds, digits, zeros) {
     if (seconds === null || seconds === undefined) return "–";
     digits = digits || 3;
-    function shown(x) { return zeros ? x.toPrecision(digits) : String(Number(x.toPrecision(digits))); }
-    for (var i = 0; i < DURATIONS.length; i++) {
-      if (seconds < DURATIONS[i][0]) return shown(seconds / DURATIONS[i][2]) + " " + DURATIONS[i][1];
+    function shown(x) {
+      if (!zeros) return String(Number(x.toPrecision(digits)));
+      if (Math.abs(x) >= Math.pow(10, digits)) return Math.round(x).toLocaleString("en-US");
+      return x.toPrecision(digits);
     }
-    return shown(seconds / (365 * 86400)) + " years";
+    for (var i = 0; i < DURATIONS.length; i++) {
+      var text = shown(seconds / DURATIONS[i][2]);
+      if (Number(text.replace(/,/g, "")) < DURATIONS[i][0] / DURATIONS[i][2]) return text + " " + DURATIONS[i][1];
+    }
+    return "–";
   }
 
   // A step time as the server's `step_time` filter writes it: four significant digits, zeros kept.
