@@ -38,6 +38,7 @@ from .published import (Comparison, apply_overlay, checked_row, compare, load_ov
 from .report import plan
 from .search import estimate_layouts
 from .spec import parse_spec
+from .units import significant
 
 DEFAULT_CONFIGS = accuracy.DEFAULT_CONFIGS
 
@@ -351,8 +352,9 @@ def print_validation(result: dict[str, Any], out: TextIO) -> None:
     out.write(f"{'run':<{w}} {'GPU prec':<11} {'GPUs':>6} {'measured s':>10} {'predicted s':>11} {'error':>7}{gain}"
               "  layout (or why not modelled)\n")
     for e in result["rows"]:
-        pred = f"{e['predicted_s']:11.4g}" if e["predicted_s"] is not None else f"{'-':>11}"
-        meas = f"{e['measured_s']:10.4g}" if e["measured_s"] is not None else f"{'-':>10}"
+        # Four digits, zeros kept, as the pages and the plan table write step times ("4.2" was 4.200)
+        pred = f"{significant(e['predicted_s']):>11}" if e["predicted_s"] is not None else f"{'-':>11}"
+        meas = f"{significant(e['measured_s']):>10}" if e["measured_s"] is not None else f"{'-':>10}"
         row_gain = (f" {_pct(e.get('search_gain')):>7} {_pct(e.get('search_gain_same_options')):>7}"
                     if search else "")
         name = ("*" if e["holdout"] else " ") + e["id"]

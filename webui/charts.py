@@ -125,7 +125,7 @@ def step_time_breakdown(result: dict[str, Any]) -> Figure | None:
     data = [{"type": "bar", "orientation": "h", "name": TIME_LABELS.get(part, part), "y": labels,
              "x": [(p.get("time_s") or {}).get(part, 0) or 0 for p in plans],
              "marker": {"color": TIME_COLOURS.get(part, PALETTE[-1])},
-             "hovertemplate": "%{y}<br>" + TIME_LABELS.get(part, part) + ": %{x:.3g} s<extra></extra>"}
+             "hovertemplate": "%{y}<br>" + TIME_LABELS.get(part, part) + ": %{x:.4r} s<extra></extra>"}
             for part in parts]
     return {"data": data, "layout": _layout(
         "Step time breakdown, top plans", barmode="stack", height=140 + 32 * len(plans),
@@ -303,7 +303,7 @@ def candidates_scatter(result: dict[str, Any]) -> Figure | None:
     def trace(name: str, items: list[dict[str, Any]], **style: Any) -> dict[str, Any]:
         return {"type": "scatter", "name": name, "x": [c["step_time_s"] for c in items],
                 "y": [c["memory_gib"] for c in items], "text": [c.get("label", "") for c in items],
-                "hovertemplate": "%{text}<br>%{x:.3g} s per step, %{y:.1f} GiB<extra></extra>", **style}
+                "hovertemplate": "%{text}<br>%{x:.4r} s per step, %{y:.1f} GiB<extra></extra>", **style}
 
     data = [trace("feasible layouts", rest, mode="markers", marker={"color": "#9aa5b1", "size": 6, "opacity": 0.6}),
             trace("Pareto front", front, mode="lines+markers", marker={"color": "#e45756", "size": 8},

@@ -16,6 +16,7 @@ register_converter(CodeConverter, "code")
 
 urlpatterns = [
     path("", views.plan_new, name="plan-new"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("plans/<code:code>/", views.plan_detail, name="plan-detail"),
     path("plans/<code:code>/retry/", views.plan_retry, name="plan-retry"),
     path("validation/", views.validation, name="validation"),

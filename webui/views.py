@@ -72,6 +72,14 @@ def validation(request: HttpRequest) -> HttpResponse:
     return render(request, "webui/validation.html", context)
 
 
+def favicon(request: HttpRequest) -> HttpResponse:
+    """No icon, said without an error: browsers ask for /favicon.ico on every page that names none (the admin's
+    pages), and the 404 was a console error on each."""
+    response = HttpResponse(status=204)
+    response["Cache-Control"] = "max-age=86400"
+    return response
+
+
 # ---------------------------------------------------------------------------------------------------------
 # JSON API
 

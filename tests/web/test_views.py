@@ -297,3 +297,9 @@ def test_every_no_layout_advice_is_for_a_reason_the_engine_gives():
     # sequence CP cannot split was told "more GPUs", the opposite of what helps.
     given = set(re.findall(r'(?:return |rejected\.add\()"([a-z]+(?:_[a-z]+)+)",', source))
     assert len(given) >= 15 and given - set(services.NO_LAYOUT_ADVICE) == set()
+
+
+def test_the_favicon_is_no_content_not_a_404(client):
+    """The admin's pages name no icon, so browsers ask for /favicon.ico; its 404 was a console error on each."""
+    response = client.get("/favicon.ico")
+    assert response.status_code == 204 and response["Cache-Control"] == "max-age=86400"
