@@ -408,7 +408,8 @@ def plan_peak_note(*, plan: Plan) -> str:
     name = "FP8" if precision == "fp8" else "dense 16-bit"
     # Model FLOPs count attention whole (planner/model.py: model_flops_per_step, PaLM's convention, as Megatron's
     # and llm-foundry's): at 128K tokens a causal model's MFU reads above what its GEMMs could reach.
-    return f"of the {name} peak, {peak:,.0f} TFLOP/s a GPU; attention counted without the causal half, as PaLM counts it"
+    return (f"of the {name} peak, {peak:,.0f} TFLOP/s a GPU; attention counted without the causal half, as PaLM "
+            "counts it")
 
 
 def plan_no_layout_advice(*, result: Any) -> str:

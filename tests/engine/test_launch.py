@@ -38,8 +38,8 @@ def answer(name: str, top: int = 3) -> tuple:
 
 def small_plan(cluster: dict, layout: dict | None = None, training: dict | None = None,
                model: dict | None = None) -> tuple:
-    doc = {"model": {**SMALL, **(model or {})}, "training": {"global_batch": 64, **(training or {})}, "cluster": cluster,
-           "layout": layout or {}}
+    doc = {"model": {**SMALL, **(model or {})}, "training": {"global_batch": 64, **(training or {})},
+           "cluster": cluster, "layout": layout or {}}
     spec = parse_spec(doc, load_catalog())
     result = plan(spec, top=1)
     assert result["plans"], result["rejected"]

@@ -279,7 +279,8 @@ def test_an_unpinned_request_that_fits_nowhere_is_told_of_memory_not_of_the_sear
     """Llama 3.1 405B on 64 H100s, nothing pinned: most rejections are ZeRO-3 beside PP, which the search tries and
     drops itself; the advice was "ZeRO 0 or 1 with pipeline parallelism", not memory."""
     doc = {"model": "Llama 3.1 405B", "training": {"global_batch": 64},
-           "cluster": {"num_gpus": 64, "gpu": "H100 SXM5 80GB", "node": "DGX H100", "fabric": "NDR InfiniBand fat tree"}}
+           "cluster": {"num_gpus": 64, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
+                       "fabric": "NDR InfiniBand fat tree"}}
     plan = services.plan_run(plan_id=make_plan(doc).pk)
     assert not plan.result["plans"] and plan.result["rejected"]["out_of_memory"] > 1000
     page = html.unescape(client.get(plan.get_absolute_url()).content.decode())
