@@ -279,6 +279,10 @@ def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded
     trains = [p.result["plans"][0].get("time_to_train_s") for p in (a, b)]
     assert all(trains) and sections["Throughput and time to train"]["time to train"]["cells"] == [
         duration(t) for t in trains]
+    # The step time's parts that some plan spends time on, as the chart draws them: no "EP comm 0 0" for dense plans.
+    breakdown = sections["Step time breakdown (exposed s per step)"]
+    assert "EP comm (all-to-all)" not in breakdown and "compute" in breakdown
+    assert all(any(c not in ("0", "–") for c in row["cells"]) for row in breakdown.values())
     # Step times to four digits and tokens as the plan page writes them ("10" and "10" were 10.03 and 10.04 s;
     # tokens were 1,000,000,000,000).
     assert sections["Throughput and time to train"]["step time"]["cells"] == [
