@@ -172,8 +172,8 @@ def _request_rows(plans: list[Plan]) -> list[tuple[str, Callable[[Plan], Any]]]:
     moe_paths = {("model", name) for name in MOE_ONLY}
 
     def moe_only(path: tuple[str, ...]) -> Callable[[Plan], Any]:  # "–" for a dense model beside an MoE one
-        return lambda plan: _spec_at(plan, *path) if (_spec_at(plan, "model", "experts") or 1) > 1 else None
-    if all((_spec_at(plan, "model", "experts") or 1) == 1 for plan in plans):
+        return lambda plan: _spec_at(plan, *path) if _is_moe(plan) else None
+    if not any(_is_moe(plan) for plan in plans):
         # Dense models all: an expert's fields say nothing (the expert FFN width is the FFN width, and differed
         # wherever that did).
         shown |= moe_paths
@@ -185,6 +185,10 @@ def _request_rows(plans: list[Plan]) -> list[tuple[str, Callable[[Plan], Any]]]:
             if len({_format(_spec_at(plan, *path)) for plan in plans}) > 1:
                 rows.append((f"{title}: {field_label(f)}", moe_only(path) if path in moe_paths else spec(*path)))
     return rows
+
+
+def _is_moe(plan: Plan) -> bool:
+    return (_spec_at(plan, "model", "experts") or 1) > 1
 
 
 # Model fields that mean something only with routed experts (model.experts > 1)

@@ -364,8 +364,8 @@ def plan_retry(*, plan: Plan) -> Plan:
 
 
 # What helps when no layout fits, by the commonest reason the layouts were rejected for (the engine's reason keys,
-# planner/search.py); any other reason gets the general advice.
-NO_LAYOUT_ADVICE = {
+# planner/search.py); any other reason gets the general advice. First the reasons of the request itself...
+_REQUEST_ADVICE = {
     "out_of_memory": "GPUs with more memory, more GPUs, a smaller global batch or a shorter sequence",
     "dp_does_not_divide_batch": "a larger global batch (a multiple of the data-parallel degrees the GPU count "
                                 "allows) or fewer GPUs",
@@ -373,7 +373,10 @@ NO_LAYOUT_ADVICE = {
     "pp_exceeds_layers": "fewer GPUs, or a model with more layers",
     "tp_crosses_nvlink_domain": "a node with a larger NVLink domain, or fewer GPUs for each tensor-parallel group",
     "tp_does_not_divide_heads": "a model whose attention and KV heads the tensor-parallel degree divides",
-    # Reasons a pinned layout field causes: the advice is about the pins.
+}
+# ... then those a pinned layout field causes, the advice being about the pins; without pins they are the search
+# trimming its own candidates.
+_PIN_ADVICE = {
     "moe_tp_needs_sp": "sequence parallelism on (an MoE model with TP > 1 needs it), or TP 1",
     "zero_with_pipeline": "ZeRO 0 or 1 with pipeline parallelism, or PP 1 with ZeRO 2 or 3",
     "not_the_pinned_dp": "pins of TP, PP, CP and DP whose product is the GPU count, or fewer of them pinned",
@@ -390,12 +393,9 @@ NO_LAYOUT_ADVICE = {
                                 "parallelism, or CP 1",
     "sp_needs_tp": "sequence parallelism off, or TP 2 or more",
 }
+NO_LAYOUT_ADVICE = {**_REQUEST_ADVICE, **_PIN_ADVICE}
+PIN_REASONS = frozenset(_PIN_ADVICE)
 GENERAL_ADVICE = "more GPUs, GPUs with more memory, a smaller global batch or a shorter sequence"
-# The reasons a pinned layout field causes (the second part of NO_LAYOUT_ADVICE)
-PIN_REASONS = frozenset({"moe_tp_needs_sp", "zero_with_pipeline", "not_the_pinned_dp", "vpp_needs_microbatches",
-                         "vpp_invalid", "ep_invalid", "ep_not_dividing_ranks", "ep_across_pipeline_stages",
-                         "gpus_not_divisible", "cp_does_not_split_sequence", "cp_needs_flash_attention",
-                         "sp_needs_tp"})
 
 
 def plan_peak_note(*, plan: Plan) -> str:

@@ -72,11 +72,12 @@ class Job:
         return stage_split(self.spec.model.layers, self.pp)
 
     @property
-    def virtual_stages(self) -> list[list[int]]:
-        """Each pipeline stage's layers over its virtual stages, the earlier ones taking a layer more where they do
-        not divide evenly."""
-        v = self.vpp
-        return [[n // v + (1 if i < n % v else 0) for i in range(v)] for n in self.stages]
+    def virtual_stages(self) -> list[int]:
+        """The layers of every virtual stage in model order, as both exports list them: each pipeline rank's first
+        virtual stage, then each rank's second. A rank's earlier virtual stages take a layer more where its layers
+        do not divide evenly."""
+        v, stages = self.vpp, self.stages
+        return [n // v + (1 if chunk < n % v else 0) for chunk in range(v) for n in stages]
 
     @property
     def offload_layers(self) -> int:

@@ -113,8 +113,7 @@ def _stage_split(job: Job, arg) -> bool:
         arg("--decoder-first-pipeline-num-layers", split[0])
         arg("--decoder-last-pipeline-num-layers", split[-1])
         return False
-    chunks = job.virtual_stages
-    stages = ["t" * chunks[rank][chunk] for chunk in range(v) for rank in range(job.pp)]
+    stages = ["t" * n for n in job.virtual_stages]
     stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
     arg("--pipeline-model-parallel-layout", "'" + "|".join(stages) + "'")
     return True

@@ -166,7 +166,7 @@ def _pipeline(job: Job, key, em: Emitter) -> None:
         em.note("pp_comm_overlap: torchtitan's pipeline schedules wait for each receive before the chunk that needs "
                 "it, so stage hand-offs cost more than the plan assumed")
     key("parallelism", "pipeline_parallel_microbatch_size", job.micro_batch)
-    chunks = [job.virtual_stages[rank][chunk] for chunk in range(job.vpp) for rank in range(job.pp)]
+    chunks = job.virtual_stages
     if len(set(chunks)) == 1:
         # torchtitan makes ceil(layers / layers_per_stage) stages, the first ones a layer more where that does
         # not divide (the embedding and the output weighing the first/last_stage_less_layers): here it does.
@@ -182,8 +182,8 @@ def _pipeline(job: Job, key, em: Emitter) -> None:
                 "with fewer virtual stages on the shorter pipeline stages, or plan with fewer virtual stages")
         return
     # The plan's uneven split (fewer layers on the last, then the first stage: memory.stage_split), module by
-    # module, in stage order: each rank's first virtual stage, then each rank's second (torchtitan's "loop"
-    # stage assignment), with the module names of torchtitan's Llama and DeepSeek-V3 models.
+    # module, in Job.virtual_stages' order, which is torchtitan's "loop" stage assignment, with the module names
+    # of torchtitan's Llama and DeepSeek-V3 models.
     parts, start = [], 0
     for n in chunks:
         parts.append([f"layers.{i}" for i in range(start, start + n)])
