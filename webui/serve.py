@@ -10,9 +10,11 @@ Each child runs in a process group of its own, so the terminal's Ctrl-C (SIGINT 
 reaches only this process, which decides what each child gets. Whatever is still alive at the deadline is
 killed with its process group.
 
-A worker that dies on its own (killed by the kernel's OOM killer, or by hand) is started again, at most
-MAX_WORKER_RESTARTS times in RESTART_WINDOW_S (a worker that cannot start at all stops `make run` instead of
-looping); the search it had in hand goes back to the queue once its lease lapses. When the web server dies,
+A worker that dies (killed by the kernel's OOM killer, or by hand) is started again, and the search it had in hand
+goes back to the queue once its lease lapses. One that exits by itself, as a worker that cannot start at all does
+(a broker it cannot reach, a setting it refuses), is started again at most MAX_WORKER_RESTARTS times in
+RESTART_WINDOW_S; after that `make run` stops with a message instead of looping. A kill (KILLED_BY) is no sign that
+the worker cannot start, so it is not counted: killing the worker repeatedly must not take the site down. When the web server dies,
 everything stops: there is no site to serve.
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ from types import FrameType
 STOP_WITHIN_S = 8.0
 MAX_WORKER_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
+KILLED_BY = (signal.SIGKILL, signal.SIGTERM)  # the OOM killer's signal, and `kill`'s
 BIN = Path(sys.executable).parent  # the virtual environment's bin/: celery and gunicorn live beside python
 
 
@@ -56,15 +59,18 @@ def main(argv: list[str] | None = None) -> int:
         if worker.poll() is not None:
             now = time.monotonic()
             restarts = [t for t in restarts if now - t < RESTART_WINDOW_S]
-            if len(restarts) >= MAX_WORKER_RESTARTS:
+            killed = -worker.returncode in KILLED_BY
+            if not killed and len(restarts) >= MAX_WORKER_RESTARTS:
                 print(f"make run: the worker stopped {len(restarts) + 1} times within {RESTART_WINDOW_S:.0f} s; "
                       "not starting it again.", file=sys.stderr, flush=True)
                 break
-            restarts.append(now)
+            if not killed:
+                restarts.append(now)
             clear_group(worker)  # its pool processes, if the kill reached only the main process
-            print(f"make run: the worker stopped (exit status {worker.returncode}); starting another. A search it "
-                  f"had in hand is searched again once its lease lapses. See {args.worker_log}.",
-                  file=sys.stderr, flush=True)
+            how = (f"was killed ({signal.Signals(-worker.returncode).name})" if killed
+                   else f"stopped (exit status {worker.returncode})")
+            print(f"make run: the worker {how}; starting another. A search it had in hand is searched again once "
+                  f"its lease lapses. See {args.worker_log}.", file=sys.stderr, flush=True)
             children["worker"] = start_worker(args)
         time.sleep(0.2)
     died = [name for name, child in children.items() if child.poll() is not None]

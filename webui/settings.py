@@ -208,6 +208,9 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = False
 # (billiard's default is 10 s). Results live in the Plan row, never in that pipe, so there is nothing to wait for.
 CELERY_WORKER_LOST_WAIT = 1.0
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# prefork, whose pool processes hold no lock between searches (webui/pool.py): with the embedded broker, a pool
+# process killed while idle stopped every later search.
+CELERY_WORKER_POOL = "webui.pool:TaskPool"
 # Two queues, which every worker consumes in turn (Kombu's round-robin over a worker's queues, filesystem and
 # Redis alike): plans asked for one by one, and the scenarios of sweeps (webui/delivery.py `plan_queue`). A
 # 1,024-scenario sweep then holds a plan asked for after it behind one scenario, not behind all of them.

@@ -183,9 +183,10 @@ LONG_LEASE = {"PLAN_TIME_BASE_S": "100", "PLAN_LEASE_S": "300", "PLAN_RESEND_AFT
 
 
 def pool_children(worker: Process) -> list[int]:
-    """The pids of a worker's pool processes (children of its main process)."""
-    path = Path(f"/proc/{worker.proc.pid}/task/{worker.proc.pid}/children")
-    return [int(pid) for pid in path.read_text().split()]
+    """The pids of a worker's pool processes (children of its main process, forked by any of its threads: with the
+    embedded broker, billiard's pool-maintenance thread forks the replacement of a pool process that died)."""
+    tasks = Path(f"/proc/{worker.proc.pid}/task").iterdir()
+    return sorted(int(pid) for task in tasks for pid in (task / "children").read_text().split())
 
 
 def test_a_killed_pool_process_frees_the_worker_at_once(seeded, broker_env, spawn):
@@ -210,6 +211,25 @@ def test_a_killed_pool_process_frees_the_worker_at_once(seeded, broker_env, spaw
     assert plan.attempts == 2 and later.attempts == 1, outputs(worker)
     assert plan.result["plans"][0]["step_time_s"] > 0 and plan.error == "" and worker.alive()
     assert worker.count("its search process was lost") == 1, outputs(worker)
+
+
+def test_a_pool_process_killed_while_idle_does_not_stop_the_worker(seeded, broker_env, spawn):
+    # An idle pool process waits for its next search. Billiard's own wait holds the pool's shared read lock while
+    # it blocks, so a pool process killed there left the lock held for good, and with the embedded broker (whose
+    # pool shares one queue) the process that replaced it waited on that lock forever: every later plan stayed
+    # queued while the worker looked alive.
+    web = spawn(WebServer(broker_env))
+    worker = spawn(WorkerProcess(broker_env, name="only"))
+    first = submit(web, SMALL_SPEC)  # one search done: the pool process is idle, waiting for the next
+    wait_for_status(first, ("done", "failed"), timeout=60)
+    [child] = pool_children(worker)
+    os.kill(child, signal.SIGKILL)
+    assert wait_until(lambda: pool_children(worker) not in ([], [child]), timeout=20), outputs(worker)
+
+    later = submit(web, {**SMALL_SPEC, "training": {**SMALL_SPEC["training"], "global_batch": 512}})  # not a reuse
+    wait_for_status(later, ("done", "failed"), timeout=30)
+    assert later.status == "done", f"{later.status} {later.error}\n{outputs(worker, web)}"
+    assert later.attempts == 1 and later.result["plans"][0]["step_time_s"] > 0 and worker.alive()
 
 
 # Long time limits and a short lease (PLAN_LEASE_S), renewed by the worker's main process at each sweep: a search

@@ -74,14 +74,19 @@ class FakeArgs:
         self.worker_log = tmp_path / "worker.log"
 
 
-def run_main(monkeypatch, tmp_path: Path, worker_lives: list[bool], stop_after_s: float | None) -> tuple[int, list]:
-    """serve.main with stand-in children: each worker started exits at once or lives (worker_lives, in order);
-    SIGTERM to this process after stop_after_s, as `make` passes on Ctrl-C. Signal handlers are restored."""
+def run_main(monkeypatch, tmp_path: Path, worker_lives: list[bool | str],
+             stop_after_s: float | None) -> tuple[int, list]:
+    """serve.main with stand-in children: each worker started exits at once, lives, or is killed at once ("killed":
+    SIGKILL, as the OOM killer's) (worker_lives, in order); SIGTERM to this process after stop_after_s, as `make`
+    passes on Ctrl-C. Signal handlers are restored."""
     started: list[subprocess.Popen] = []
 
     def fake_worker(args):
         lives = worker_lives[len(started)] if len(started) < len(worker_lives) else worker_lives[-1]
-        if lives:
+        if lives == "killed":
+            process = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+                                       process_group=0)
+        elif lives:
             process, _ = child(tmp_path, f"worker{len(started)}", quits_to_exit=1)
         else:
             process = subprocess.Popen([sys.executable, "-c", "pass"], process_group=0)
@@ -119,3 +124,15 @@ def test_a_worker_that_keeps_dying_stops_make_run_instead_of_looping(monkeypatch
     err = capsys.readouterr().err
     assert "the worker stopped 3 times within 60 s; not starting it again" in err
     assert "make run: the worker stopped; see its output above" in err
+
+
+def test_a_worker_killed_again_and_again_is_started_again_each_time(monkeypatch, tmp_path, capsys):
+    # Kills say nothing about whether a worker can start: more of them than MAX_WORKER_RESTARTS in a minute leave
+    # the site up and a worker running, where a worker that exits by itself that often stops `make run`.
+    monkeypatch.setattr(serve, "MAX_WORKER_RESTARTS", 2)
+    code, started = run_main(monkeypatch, tmp_path, worker_lives=["killed"] * 5 + [True], stop_after_s=4.0)
+    assert code == 0 and len(started) == 6
+    assert [p.returncode for p in started] == [-signal.SIGKILL] * 5 + [0]  # the last got its cold shutdown
+    err = capsys.readouterr().err
+    assert err.count("make run: the worker was killed (SIGKILL); starting another") == 5
+    assert "not starting it again" not in err
