@@ -151,12 +151,18 @@ def _check(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int, ra
         raise PlacementRejected("ep_not_dividing_ranks", f"EP={ep} does not divide TP·CP·DP={tp * cp * dp}")
     if (why := ep_across_stages(tp, cp, pp, ep, rank_order)) is not None:
         raise PlacementRejected("ep_across_pipeline_stages", why)
+    if (why := tp_domain_reason(cluster, tp)) is not None:
+        raise PlacementRejected("tp_crosses_nvlink_domain", why)
+
+
+def tp_domain_reason(cluster: ClusterSpec, tp: int) -> str | None:
+    """Why TP groups of `tp` GPUs cannot each stay inside one NVLink domain, or None where they can."""
     dom = domain_gpus(cluster)
     if tp > dom:
-        raise PlacementRejected("tp_crosses_nvlink_domain", f"TP={tp} crosses the {dom}-GPU NVLink domain")
+        return f"TP={tp} crosses the {dom}-GPU NVLink domain"
     if dom % tp:
-        raise PlacementRejected("tp_crosses_nvlink_domain",
-                                f"TP={tp} does not divide the {dom}-GPU NVLink domain, so some TP groups cross it")
+        return f"TP={tp} does not divide the {dom}-GPU NVLink domain, so some TP groups cross it"
+    return None
 
 
 def place(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int, rank_order: str,

@@ -19,7 +19,7 @@ import numpy as np
 from .compute import LayerTimes, Shard, layer_times
 from .memory import GIB, RECOMPUTE_CODES, Layouts, memory_per_gpu
 from .model import ParamCount, param_count
-from .placement import Placement, PlacementRejected, ep_across_stages, place
+from .placement import Placement, PlacementRejected, ep_across_stages, place, tp_domain_reason
 from .spec import RANK_ORDERS, RECOMPUTE, PlanSpec, quantity
 from .steptime import group_columns, step_times
 
@@ -85,12 +85,12 @@ def tp_options(spec: PlanSpec) -> list[int]:
 
 
 def tp_reason(spec: PlanSpec, tp: int) -> tuple[str, str] | None:
-    m, domain = spec.model, spec.cluster.node.nvlink_domain_gpus
+    m = spec.model
     if m.heads % tp or m.kv_heads % tp:  # each TP rank holds whole heads and whole KV groups
         counts = [f"the {n} {what}" for n, what in ((m.heads, "attention heads"), (m.kv_heads, "KV heads")) if n % tp]
         return "tp_does_not_divide_heads", f"TP={tp} does not divide {' or '.join(counts)}"
-    if tp > domain or domain % tp:
-        return "tp_crosses_nvlink_domain", f"TP={tp} crosses the {domain}-GPU NVLink domain"
+    if (why := tp_domain_reason(spec.cluster, tp)) is not None:
+        return "tp_crosses_nvlink_domain", why
     return None
 
 

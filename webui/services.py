@@ -371,7 +371,8 @@ _REQUEST_ADVICE = {
                                 "allows) or fewer GPUs",
     "micro_batch_does_not_divide": "a global batch with more factors, so that a micro-batch divides each replica's share",
     "pp_exceeds_layers": "fewer GPUs, or a model with more layers",
-    "tp_crosses_nvlink_domain": "a node with a larger NVLink domain, or fewer GPUs for each tensor-parallel group",
+    "tp_crosses_nvlink_domain": "a tensor-parallel size that divides the NVLink domain's GPUs (fewer GPUs for each "
+                                "tensor-parallel group), or a node with a larger NVLink domain",
     "tp_does_not_divide_heads": "a model whose attention and KV heads the tensor-parallel degree divides",
 }
 # ... then those a pinned layout field causes, the advice being about the pins; without pins they are the search

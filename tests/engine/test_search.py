@@ -176,6 +176,18 @@ def test_the_nvl72_domain_admits_tp_beyond_one_tray(catalog):
     assert all(72 % p["layout"]["tp"] == 0 for p in answer["plans"])
 
 
+def test_a_tp_inside_the_domain_that_does_not_divide_it_is_rejected_for_that(catalog):
+    # TP 16 is smaller than an NVL72 rack's 72 GPUs, but 72 is not a multiple of 16: some TP groups would span
+    # two racks. The reason says so, rather than that TP 16 is larger than the domain.
+    doc = example("gb200-nvl72-405b")
+    doc["model"]["kv_heads"] = 16  # which TP 16 divides, as it divides the 128 heads
+    doc["layout"] = {"tp": 16}
+    answer = plan(parse_spec(doc, catalog))
+    assert answer["plans"] == [] and list(answer["rejected"]) == ["tp_crosses_nvlink_domain"]
+    assert answer["rejected_examples"]["tp_crosses_nvlink_domain"] == \
+        "TP=16 does not divide the 72-GPU NVLink domain, so some TP groups cross it"
+
+
 def test_moe_layouts_use_expert_parallelism(catalog, gpt3_doc):
     gpt3_doc["model"] = dict(catalog["model"]["Mixtral 8x7B"])
     gpt3_doc["cluster"].update(num_gpus=64, gpu="H100 SXM5 80GB", node="DGX H100", fabric="NDR InfiniBand fat tree")
