@@ -28,10 +28,14 @@ def plan_new(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             plan = services.plan_create(spec=form.spec, sources=form.option_sources)
             return redirect(plan)
+        copied, missing = None, ""
     else:
-        source = Plan.objects.filter(code=request.GET["from"]).first() if _is_uuid(request.GET.get("from")) else None
-        form = PlanForm(catalog=catalog, initial=initial_for(catalog, source.spec if source else None))
-    return render(request, "webui/plan_form.html", {"form": form, "catalog": catalog})
+        asked = request.GET.get("from")
+        copied = Plan.objects.filter(code=asked).first() if _is_uuid(asked) else None
+        missing = asked if asked and copied is None else ""  # said on the page, not a blank form alone
+        form = PlanForm(catalog=catalog, initial=initial_for(catalog, copied.spec if copied else None))
+    return render(request, "webui/plan_form.html",
+                  {"form": form, "catalog": catalog, "copied": copied, "copy_missing": missing})
 
 
 @require_safe

@@ -212,6 +212,17 @@ def test_the_form_can_start_from_a_saved_plan(client, small_spec, seeded):
     assert 'value="Llama 3 8B"' in page and 'name="num_gpus" value="64"' in page
     # Numbers as the engine writes them, not as Python does ("1000000000000.0", "989.0").
     assert 'name="training__tokens" value="1000000000000"' in page and 'name="gpu__peak_tflops" value="989"' in page
+    assert 'id="copy-of"' in page and f'href="{plan.get_absolute_url()}">{plan.title}</a>' in page
+    assert 'id="copy-missing"' not in page
+
+
+@pytest.mark.parametrize("code", ["00000000-0000-0000-0000-000000000000", "not-a-uuid"])
+def test_a_copy_of_a_plan_that_is_not_there_says_so_above_the_default_form(client, seeded, code):
+    # The link of a deleted plan, or a mistyped one: a blank form alone looked like the copy.
+    page = client.get(f"/?from={code}").content.decode()
+    assert f"There is no plan “{code}” to copy (the link may be mistyped, or the plan deleted)" in page
+    assert 'id="copy-of"' not in page and 'name="num_gpus"' in page
+    assert 'id="copy-missing"' not in client.get("/").content.decode()
 
 
 @pytest.mark.parametrize("url", ["/plans/00000000-0000-0000-0000-000000000000/", "/plans/not-a-uuid/",
