@@ -207,10 +207,19 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
     # The engine may show a sample of nodes (the first nodes of a few pipeline stages): one row per node shown.
     node_of = {id(c): int(c.get("node", c["gpu"] // per_node)) for c in cells}
     nodes = sorted(set(node_of.values()))
-    row_of = {node: row for row, node in enumerate(nodes)}
-    z: list[list[Any]] = [[None] * per_node for _ in nodes]
-    text = [[""] * per_node for _ in nodes]
-    hover = [[""] * per_node for _ in nodes]
+    # Nodes left out between two shown (the next pipeline stage starts further on) get an empty row that says so:
+    # rows of nodes 35 and 54 side by side read as neighbours.
+    rows: list[str] = []
+    row_of: dict[int, int] = {}
+    for before, node in zip([None, *nodes], nodes):
+        if before is not None and node > before + 1:
+            rows.append(f"node {before + 1} not shown" if node == before + 2
+                        else f"nodes {before + 1}-{node - 1} not shown")
+        row_of[node] = len(rows)
+        rows.append(f"node {node}")
+    z: list[list[Any]] = [[None] * per_node for _ in rows]
+    text = [[""] * per_node for _ in rows]
+    hover = [[""] * per_node for _ in rows]
     domains: dict[Any, list[int]] = {}
     with_cp = any(c.get("cp") for c in cells)  # with CP > 1, TP and DP ranks alone repeat within a node
     for c in cells:
@@ -229,7 +238,7 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
         colourscale += [[s / stages, colour], [(s + 1) / stages, colour]]
     heatmap: dict[str, Any] = {
         "type": "heatmap", "z": z, "zmin": -0.5, "zmax": stages - 0.5, "colorscale": colourscale,
-        "x": list(range(per_node)), "y": [f"node {node}" for node in nodes],
+        "x": list(range(per_node)), "y": rows,
         "customdata": hover, "hovertemplate": "%{customdata}<extra></extra>", "xgap": 2, "ygap": 2,
         "colorbar": {"title": {"text": "PP stage"}}}
     labelled = len(cells) <= MAX_LABELLED_CELLS
@@ -249,7 +258,7 @@ def placement_map(result: dict[str, Any]) -> Figure | None:
               + "</span>")
     # Tall enough for the colour bar's stage labels too (16 px each): a map of two 72-GPU nodes in nine stages
     # was 60 px high, and its labels 0-8 printed over each other.
-    plot_px = max(30 * len(nodes), 16 * min(stages, 32))
+    plot_px = max(30 * len(rows), 16 * min(stages, 32))
     return {"data": data, "layout": _layout(
         title, height=min(2000, 140 + plot_px), shapes=shapes,
         # A tick a slot up to MAX_SLOT_TICKS slots: Plotly lays out every tick label, and a tick for each of 1,024

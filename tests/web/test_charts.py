@@ -163,6 +163,21 @@ def test_an_nvlink_domain_larger_than_a_node_is_outlined_across_nodes():
     assert "16 of 144 GPUs" in fig["layout"]["title"]["text"]
 
 
+def test_nodes_left_out_of_a_sampled_map_get_a_row_that_says_so():
+    # A sample of NVL72 racks (trays 0-35, then the next stage from tray 54): rows of trays 35 and 54 side by side
+    # read as neighbours. The gap gets an empty row naming the trays left out; the domains' outlines stay whole.
+    answer = copy.deepcopy(ANSWER)
+    nodes = [0, 1, 3, 7, 8]
+    answer["placement_map"] = {"gpus_per_node": 4, "gpus_total": 64, "gpus_shown": 20, "cells": [
+        {"gpu": 4 * n + g, "node": n, "domain": n // 2, "tp": g, "dp": n, "pp": n // 4} for n in nodes for g in range(4)]}
+    fig = charts.placement_map(answer)
+    heat = fig["data"][0]
+    assert heat["y"] == ["node 0", "node 1", "node 2 not shown", "node 3", "nodes 4-6 not shown", "node 7", "node 8"]
+    assert heat["z"][2] == [None] * 4 and heat["z"][4] == [None] * 4 and heat["z"][5] == [1] * 4
+    assert [(s["y0"], s["y1"]) for s in fig["layout"]["shapes"]] == [(-0.5, 1.5), (2.5, 3.5), (4.5, 5.5), (5.5, 6.5)]
+    assert fig["layout"]["height"] == 140 + 30 * 7
+
+
 @pytest.mark.parametrize("pp, shown", [(4, "the first 64 of each of the 4 pipeline stages"),
                                        (16, "all of pipeline stages 0-7 of 16"), (1, "the first 256")])
 def test_a_sampled_placement_map_says_which_gpus_it_shows(pp, shown):
@@ -228,13 +243,13 @@ def test_a_real_engine_answer_gives_every_chart(seeded, small_spec):
     assert sum(v is not None for row in heat["z"] for v in row) == plan.result["placement_map"]["gpus_shown"]
 
 
-def test_a_sample_of_nodes_from_several_stages_is_drawn_without_empty_rows():
+def test_a_sample_of_nodes_from_several_stages_is_drawn_with_one_row_for_a_gap_not_one_for_each_node_left_out():
     answer = copy.deepcopy(ANSWER)
     answer["placement_map"] = {"gpus_per_node": 8, "gpus_total": 512, "gpus_shown": 32, "cells": [
         {"gpu": g, "node": g // 8, "domain": g // 8, "tp": g % 8, "dp": 0, "pp": g // 128}
         for node in (0, 1, 16, 17) for g in range(node * 8, node * 8 + 8)]}
     fig = charts.placement_map(answer)
     heat = fig["data"][0]
-    assert heat["y"] == ["node 0", "node 1", "node 16", "node 17"]
-    assert [row[0] for row in heat["z"]] == [0, 0, 1, 1]
+    assert heat["y"] == ["node 0", "node 1", "nodes 2-15 not shown", "node 16", "node 17"]
+    assert [row[0] for row in heat["z"]] == [0, 0, None, 1, 1]
     assert len(fig["layout"]["shapes"]) == 4
