@@ -109,3 +109,32 @@ def test_a_planner_sweeps_scenarios_and_compares_two(web, worker, seeded, browse
     for url in (sweep_url, page.url, web.url + long_axes.get_absolute_url()):
         phone.goto(url)
         assert phone.evaluate("document.documentElement.scrollWidth") <= 375, url
+
+
+def test_heatmap_rows_that_differ_only_at_their_end_stay_apart_when_shortened(web, browser):  # noqa: F811
+    # A sweep crossing GPUs, nodes, fabrics and precisions: two rows differ only in the precision, at the end of
+    # their labels, and were both shortened to "H100 SXM5 80GB, GB200 NVL72 compute tray, RoCEv2 400 GbE (Llama 3
+    # style),…" (which row held 37% and which 50% could not be told).
+    import json
+
+    from webui import sweep_charts
+
+    axes = ["cluster.gpu", "cluster.node", "cluster.fabric", "training.precision", "cluster.num_gpus"]
+    rows = [{"labels": {"cluster.gpu": "H100 SXM5 80GB", "cluster.node": "GB200 NVL72 compute tray",
+                        "cluster.fabric": "RoCEv2 400 GbE (Llama 3 style)", "training.precision": precision,
+                        "cluster.num_gpus": "64"}, "mfu": mfu, "num_gpus": 64}
+            for precision, mfu in (("bf16", 0.373), ("fp8", 0.502))]
+    figure = sweep_charts.mfu_heatmap(rows, axes)
+    page = browser.new_context(viewport={"width": 900, "height": 800}).new_page()
+    page.goto(web.url + "/validation/")  # a page with charts: the addresses of plotly.js and charts.js as served
+    scripts = page.eval_on_selector_all("script[src]", "ss => ss.map(s => s.src)")
+    plotly, charts_js = (next(s for s in scripts if name in s) for name in ("plotly", "charts"))
+    page.set_content(
+        '<script id="figures-data" type="application/json">' + json.dumps({"h": figure}).replace("<", "\\u003c")
+        + '</script><div data-figure="h" style="width: 800px"></div>'
+        + f'<script src="{plotly}"></script><script src="{charts_js}"></script>')
+    page.wait_for_selector("[data-figure=h] .ytick text")
+    labels = page.eval_on_selector_all("[data-figure=h] .ytick text", "ts => ts.map(t => t.textContent)")
+    assert len(labels) == 2 and len(set(labels)) == 2, labels
+    assert all("…" in label for label in labels), labels  # shortened to 40% of the width, as before
+    assert labels[0].endswith("precision bf16") and labels[1].endswith("precision fp8"), labels

@@ -79,6 +79,27 @@
     return text + "…";
   }
 
+  // The end of a label that fits, at a word where it can be ("…style), precision fp8").
+  function shortenFromStart(label, width) {
+    if (textWidth(label, TICK_PX) <= width) return label;
+    var words = label.split(" ");
+    while (words.length > 1 && textWidth("…" + words.join(" "), TICK_PX) > width) words.shift();
+    var text = words.join(" ");
+    while (text.length > 1 && textWidth("…" + text, TICK_PX) > width) text = text.slice(1);
+    return "…" + text;
+  }
+
+  // Both ends of a label, half the room each ("H100 SXM5…precision fp8").
+  function shortenMiddle(label, width) {
+    if (textWidth(label, TICK_PX) <= width) return label;
+    var head = shorten(label, width / 2), tail = shortenFromStart(label, width / 2);
+    return head + tail.slice(1);
+  }
+
+  function distinct(values) {
+    return values.filter(function (v, i) { return values.indexOf(v) === i; }).length;
+  }
+
   function fitCategoryLabels(data, layout, width) {
     var bars = data.filter(function (t) {  // horizontal bars, and heatmap rows (a sweep's axis combinations)
       return ((t.type === "bar" && t.orientation === "h") || t.type === "heatmap") && t.y;
@@ -86,7 +107,12 @@
     if (!bars.length || !layout.yaxis) return;
     var labels = bars[0].y.filter(function (y) { return typeof y === "string"; });
     var room = Math.max(80, 0.4 * width);
-    var short = labels.map(function (label) { return shorten(label, room); });
+    // Labels alike in their first words (a sweep's rows that differ only in the precision, at the end) were
+    // shortened alike: then their ends are kept, or both ends, whichever keeps them apart.
+    var short = [shorten, shortenFromStart, shortenMiddle].map(function (how) {
+      return labels.map(function (label) { return how(label, room); });
+    }).filter(function (candidate) { return distinct(candidate) === distinct(labels); })[0];
+    if (!short) short = labels.map(function (label) { return shorten(label, room); });
     if (short.every(function (label, i) { return label === labels[i]; })) return;
     Object.assign(layout.yaxis, {tickmode: "array", tickvals: labels, ticktext: short});
   }
