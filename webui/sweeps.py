@@ -223,9 +223,10 @@ def sweep_status(rows: list[dict[str, Any]]) -> str:
 
 
 def sweep_csv(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None, site: str = "") -> str:
-    """The scenario rows as CSV: one column per axis, then the figures (empty where unknown). `site`
-    ("http://host:8000") makes each plan's `url` a whole address, as the API gives it: a spreadsheet has no page
-    to resolve "/plans/..." against."""
+    """The scenario rows as CSV: one column per axis, then the figures (empty where unknown). An inline object on
+    an axis (a model, a GPU) is written as the page labels it, by its name ("H100 SXM5 80GB (modified)"), not as
+    its JSON; the plan's page, at `url`, has the whole request. `site` ("http://host:8000") makes each plan's `url`
+    a whole address, as the API gives it: a spreadsheet has no page to resolve "/plans/..." against."""
     rows = sweep_rows(sweep=sweep) if rows is None else rows
     axes = sweep.axes
     out = io.StringIO()
@@ -233,7 +234,9 @@ def sweep_csv(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None, site: s
     writer.writerow([*axes, *ROW_FIELDS])
     for row in rows:
         row = {**row, "url": site + row["url"]} if row.get("url") else row
-        cells = [_cell(row["values"].get(a)) for a in axes] + [_cell(row.get(f)) for f in ROW_FIELDS]
+        values = [row["values"].get(a) for a in axes]
+        cells = ([_cell(row["labels"][a] if isinstance(v, Mapping) else v) for a, v in zip(axes, values)]
+                 + [_cell(row.get(f)) for f in ROW_FIELDS])
         writer.writerow(cells)
     return out.getvalue()
 

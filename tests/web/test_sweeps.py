@@ -616,6 +616,13 @@ def test_values_an_axis_would_label_alike_are_refused_and_a_modified_row_is_labe
     assert [r["labels"]["cluster.gpu"] for r in rows] == ["H100 SXM5 80GB", "H100 SXM5 80GB (modified)"]
     page = client.get(Sweep.objects.get().get_absolute_url()).content.decode()
     assert "<td>H100 SXM5 80GB (modified)</td>" in page
+    # The CSV names it so too, where its column held the object's JSON ({"name": "H100 SXM5 80GB", ...}).
+    table = list(csv.reader(io.StringIO(client.get(f"{Sweep.objects.get().get_absolute_url()}csv").content.decode())))
+    assert [r[0] for r in table] == ["cluster.gpu", "H100 SXM5 80GB", "H100 SXM5 80GB (modified)"]
+    # An inline model's name, escaped as any text the spreadsheet would take for a formula.
+    response = post(client, {"base": BASE, "vary": {"model": ["Llama 3 8B", {**tiny, "name": "@SUM(1)"}]}})
+    table = list(csv.reader(io.StringIO(client.get(f"{response.json()['url']}csv").content.decode())))
+    assert [r[0] for r in table] == ["model", "Llama 3 8B", "'@SUM(1)"]
 
 
 def test_a_sweep_over_models_is_titled_by_its_axes_not_the_base_model(client, seeded):
