@@ -754,6 +754,8 @@ def _hardware(data: Any, path: str, spec_fields: tuple[Field, ...], table: Mappi
     if problem:
         errs.add(path, problem)
         return None
+    if _neither_name_nor_object(data, path, "a catalog name", errs):
+        return None
     if isinstance(data, str):
         entry = (table or {}).get(data.strip())
         if entry is None:
@@ -774,6 +776,8 @@ def _model(data: Any, presets: Mapping[str, Mapping] | None, errs: _Collector) -
     is named "NAME (modified)", as a hardware entry is."""
     if isinstance(data, str):
         return _hardware(data, "model", MODEL_FIELDS, presets, errs)
+    if _neither_name_nor_object(data, "model", "a model preset's name", errs):
+        return None
     preset = _catalog_row_named(data, presets)  # None unless `data` is an object named after a preset
     missing = [f.name for f in MODEL_FIELDS if f.default is REQUIRED and data.get(f.name) in (None, "")] \
         if preset is not None else []
@@ -783,6 +787,15 @@ def _model(data: Any, presets: Mapping[str, Mapping] | None, errs: _Collector) -
         errs.add("model", f"an inline model takes nothing from the preset {data['name'].strip()!r} of its name: "
                           f"give {', '.join(missing)} too, or name the preset (\"model\": \"{data['name'].strip()}\")")
     return _section(data, "model", MODEL_FIELDS, errs)
+
+
+def _neither_name_nor_object(data: Any, path: str, name: str, errs: _Collector) -> bool:
+    """A value that is neither text nor an object (nor absent, which the section calls required): the message names
+    both forms the field takes ("must be an object" alone hid the name)."""
+    if data is None or isinstance(data, (str, Mapping)):
+        return False
+    errs.add(path, f"must be {name} or an object, not {describe_value(data)}")
+    return True
 
 
 def _catalog_row_named(data: Any, table: Mapping[str, Mapping] | None) -> Mapping[str, Any] | None:

@@ -248,6 +248,15 @@ def test_unknown_catalog_name(gpt3_doc, catalog):
     assert msg.startswith("unknown catalog name 'Z9000' (known: A100 SXM4 40GB")
 
 
+@pytest.mark.parametrize("value, kind", [(5, "a number"), ([1], "a list"), (True, "true")])
+def test_a_model_or_hardware_that_is_neither_a_name_nor_an_object_is_told_both_forms(gpt3_doc, catalog, value, kind):
+    # "must be an object, not a number" hid that a catalog name is taken too.
+    gpt3_doc["model"], gpt3_doc["cluster"]["node"] = value, value
+    errors = errors_of(gpt3_doc, catalog)
+    assert errors["model"] == [f"must be a model preset's name or an object, not {kind}"]
+    assert errors["cluster.node"] == [f"must be a catalog name or an object, not {kind}"]
+
+
 def test_the_model_may_be_a_preset_name(gpt3_doc, catalog):
     """A name is the preset's fields, so it plans exactly as the inline object does; an unknown one says which
     presets there are."""
