@@ -115,8 +115,8 @@ def api_methods(*methods: str, query: tuple[str, ...] | None = None):
 # posting here across sites without a CORS preflight, which this app never answers (README, "Security").
 @api_methods("POST", query=("top",))
 def api_plans(request: HttpRequest) -> JsonResponse:
-    if request.content_type != "application/json":
-        return _errors({"spec": ["must be sent as Content-Type: application/json"]}, status=415)
+    if (problem := json_content_problem(request)) is not None:
+        return _errors({"spec": [problem]}, status=415)
     try:
         data = jsonio.loads(request.body)
     except RequestDataTooBig:
@@ -192,6 +192,17 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if request.path.startswith("/api/"):
         return _errors({"server": ["internal error; the plan, if saved, is kept"]}, status=500)
     return render(request, "webui/500.html", status=500)
+
+
+def json_content_problem(request: HttpRequest) -> str | None:
+    """Why the API does not read this body, by its Content-Type: it reads JSON, which is UTF-8 (RFC 8259, section
+    8.1). A body declared in another charset was read as UTF-8 all the same."""
+    if request.content_type != "application/json":
+        return "must be sent as Content-Type: application/json"
+    charset = str(request.content_params.get("charset", "utf-8")).strip().strip('"').lower()
+    if charset not in ("utf-8", "utf8"):
+        return f"must be sent in UTF-8, as JSON is (RFC 8259), not charset={charset[:20]}"
+    return None
 
 
 def _errors(errors: dict[str, list[str]], status: int = 400) -> JsonResponse:

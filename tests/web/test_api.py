@@ -142,6 +142,21 @@ def test_a_body_that_is_not_declared_json_is_refused(client, seeded, small_spec,
     assert not Plan.objects.exists()
 
 
+@pytest.mark.parametrize("charset, taken", [("utf-8", True), ('"UTF-8"', True), ("utf8", True),
+                                             ("latin-1", False), ("utf-16", False)])
+def test_json_is_read_as_utf_8_and_a_body_declared_in_another_charset_is_refused(client, seeded, small_spec,
+                                                                                  charset, taken):
+    # A Latin-1 body was read as UTF-8 all the same (its "é" then refused as invalid UTF-8, or taken wrongly).
+    response = post(client, small_spec, CONTENT_TYPE=f"application/json; charset={charset}")
+    if taken:
+        assert response.status_code == 201, response.json()
+        return
+    assert response.status_code == 415
+    assert response.json() == {"errors": {"spec": [
+        f"must be sent in UTF-8, as JSON is (RFC 8259), not charset={charset}"]}}
+    assert not Plan.objects.exists()
+
+
 def test_get_shows_status_then_the_answer(client, seeded, small_spec):
     code = post(client, small_spec).json()["code"]
     body = client.get(f"/api/plans/{code}").json()
