@@ -14,8 +14,8 @@ A worker that dies (killed by the kernel's OOM killer, or by hand) is started ag
 goes back to the queue once its lease lapses. One that exits by itself, as a worker that cannot start at all does
 (a broker it cannot reach, a setting it refuses), is started again at most MAX_WORKER_RESTARTS times in
 RESTART_WINDOW_S; after that `make run` stops with a message instead of looping. A kill (KILLED_BY) is no sign that
-the worker cannot start, so it is not counted: killing the worker repeatedly must not take the site down. When the web server dies,
-everything stops: there is no site to serve.
+the worker cannot start, so it is not counted: killing the worker repeatedly must not take the site down. When the
+web server dies, everything stops: there is no site to serve.
 """
 from __future__ import annotations
 

@@ -169,7 +169,8 @@ def test_nodes_left_out_of_a_sampled_map_get_a_row_that_says_so():
     answer = copy.deepcopy(ANSWER)
     nodes = [0, 1, 3, 7, 8]
     answer["placement_map"] = {"gpus_per_node": 4, "gpus_total": 64, "gpus_shown": 20, "cells": [
-        {"gpu": 4 * n + g, "node": n, "domain": n // 2, "tp": g, "dp": n, "pp": n // 4} for n in nodes for g in range(4)]}
+        {"gpu": 4 * n + g, "node": n, "domain": n // 2, "tp": g, "dp": n, "pp": n // 4}
+        for n in nodes for g in range(4)]}
     fig = charts.placement_map(answer)
     heat = fig["data"][0]
     assert heat["y"] == ["node 0", "node 1", "node 2 not shown", "node 3", "nodes 4-6 not shown", "node 7", "node 8"]

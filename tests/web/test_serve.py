@@ -84,8 +84,8 @@ def run_main(monkeypatch, tmp_path: Path, worker_lives: list[bool | str],
     def fake_worker(args):
         lives = worker_lives[len(started)] if len(started) < len(worker_lives) else worker_lives[-1]
         if lives == "killed":
-            process = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
-                                       process_group=0)
+            suicide = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+            process = subprocess.Popen([sys.executable, "-c", suicide], process_group=0)
         elif lives:
             process, _ = child(tmp_path, f"worker{len(started)}", quits_to_exit=1)
         else:
