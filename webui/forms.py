@@ -240,8 +240,12 @@ class PlanForm(forms.Form):
         for hw in HARDWARE:
             sets.append({"id": hw, "title": self.fields[hw].label, "selector": self[hw], "custom": True,
                          "fields": names(hw)})
-        sets.append({"id": "layout", "title": "Pin the layout (optional)", "fields": names("layout"),
-                     "collapsed": True,
+        pins = names("layout")
+        # A copy of a plan with pins ("edit a copy") opens the section and names them: closed, a pinned TP 16 went
+        # with the next request unseen.
+        pinned = [f.label for f in pins if f.value() not in (None, "") and str(f.value()) != str(f.field.initial)]
+        sets.append({"id": "layout", "title": "Pin the layout (optional)", "fields": pins,
+                     "collapsed": True, "open": bool(pinned), "pinned": pinned,
                      "intro": "Leave a field on “search” and the planner tries every valid value."})
         return sets
 

@@ -199,6 +199,15 @@ def test_custom_hardware_starts_from_the_chosen_row_after_an_error_and_after_bac
     assert page.input_value("select[name=gpu]") == "custom" and page.is_visible("input[name=gpu__name]")
     assert page.input_value("input[name=gpu__name]") == "My GPU"
     assert page.input_value("input[name=gpu__memory_gib]") == "100"
+    # A pin comes back after Back too, in a section that opens to show it: closed, a pinned TP went with the next
+    # request unseen.
+    assert not page.is_visible("input[name=layout__tp]")
+    page.click("#fs-layout summary")
+    page.fill("input[name=layout__tp]", "2")
+    page.click("#submit-plan")
+    page.wait_for_url("**/plans/**")
+    page.go_back()
+    assert page.is_visible("input[name=layout__tp]") and page.input_value("input[name=layout__tp]") == "2"
 
 
 def test_every_help_text_on_the_form_stays_inside_its_field(web, seeded, browser):

@@ -214,6 +214,15 @@ def test_the_form_can_start_from_a_saved_plan(client, small_spec, seeded):
     assert 'name="training__tokens" value="1000000000000"' in page and 'name="gpu__peak_tflops" value="989"' in page
     assert 'id="copy-of"' in page and f'href="{plan.get_absolute_url()}">{plan.title}</a>' in page
     assert 'id="copy-missing"' not in page
+    assert re.search(r'id="fs-layout"[^>]*>\s*<legend>[^<]*</legend>\s*<details>', page)  # nothing pinned: closed
+
+
+def test_a_copy_of_a_plan_with_pins_opens_the_pin_section_and_names_them(client, small_spec, seeded):
+    # Closed, the section hid a pinned TP that then went with the next request unseen.
+    small_spec["layout"] = {"tp": 2, "recompute": "full"}
+    page = client.get(f"/?from={make_plan(small_spec).code}").content.decode()
+    assert re.search(r'id="fs-layout"[^>]*>\s*<legend>[^<]*</legend>\s*<details open>', page)
+    assert re.search(r'<span class="pinned">Pinned: [^<]*TP[^<]*, [^<]*[Rr]ecompute[^<]*\.</span>', page), page
 
 
 @pytest.mark.parametrize("code", ["00000000-0000-0000-0000-000000000000", "not-a-uuid"])

@@ -97,4 +97,24 @@
   // After a refused submission, the keyboard starts at the first field with a message (the summary links each).
   var firstError = document.querySelector("#plan-form .has-error input, #plan-form .has-error select");
   if (firstError) firstError.focus();
+
+  // Going Back restores pinned values into the closed "Pin the layout" section: it opens where a pin differs from
+  // what the page was served with, so that a pin never goes with the next request unseen (as the server opens it,
+  // and names the pins, for a copy of a plan with pins).
+  function served(control) {
+    if (control.tagName !== "SELECT") {
+      return control.type === "checkbox" ? control.defaultChecked : control.defaultValue;
+    }
+    var marked = Array.prototype.filter.call(control.options, function (o) { return o.defaultSelected; });
+    return (marked[0] || control.options[0] || {value: ""}).value;
+  }
+  function openPins() {
+    var pins = document.querySelector("#fs-layout details");
+    if (!pins) return;
+    var changed = Array.prototype.some.call(pins.querySelectorAll("select, input"), function (control) {
+      return (control.type === "checkbox" ? control.checked : control.value) !== served(control);
+    });
+    if (changed) pins.open = true;
+  }
+  window.addEventListener("pageshow", openPins);
 })();
