@@ -157,16 +157,16 @@ def for_gpu(gpu_name: str, prec: str, snapshot: dict[str, Any] | None = None,
         out["generation"] = None
         out["statement"] = (f"No comparable published runs: the model was checked with the catalog's figures for "
                             f"{row}, and this GPU's differ ({_differences(timed)}).")
-        return out
+        return _unchecked(out, snapshot)
     if gpu is not None and row is None:
         out["statement"] = ("No comparable published runs: the model was checked with the shipped catalog's GPU "
                             "figures, and this GPU's match none of them.")
-        return out
+        return _unchecked(out, snapshot)
     figures = (snapshot.get("by_generation_precision") or {}).get(cohort(gen, prec)) if gen else None
     if not figures or not figures.get("modelled"):
         where = f"{who} runs" if gen else f"runs on a GPU like {gpu_name!r} (no known generation in its name)"
         out["statement"] = f"No comparable published runs: the model has not been checked against {where}."
-        return out
+        return _unchecked(out, snapshot)
     modelled = figures["modelled"]
     out.update(runs=modelled, median_abs_err=figures["median_abs_err"], max_abs_err=figures["max_abs_err"],
                not_modelled=figures["measured"] - modelled, median_err=figures.get("median_err"),
@@ -184,6 +184,15 @@ def for_gpu(gpu_name: str, prec: str, snapshot: dict[str, Any] | None = None,
                 f"step time does not depend on"
     out["statement"] = text + "."
     out["ranking"] = ranking(snapshot, figures["median_abs_err"])
+    return out
+
+
+def _unchecked(out: dict[str, Any], snapshot: dict[str, Any]) -> dict[str, Any]:
+    """How far to trust the order where no comparable run was measured: at least as little as over all the runs
+    (the median error over every modelled run). Without it, the ranked layouts of a GPU the model was never checked
+    on read as the most reliably ordered of all, with none marked as a tie."""
+    overall = (snapshot.get("summary") or {}).get("median_abs_err")
+    out["ranking"] = ranking(snapshot, overall, unchecked=True)
     return out
 
 
@@ -222,19 +231,24 @@ def for_stack(name: str, snapshot: dict[str, Any] | None = None) -> dict[str, An
     return out
 
 
-def ranking(snapshot: dict[str, Any], tie_within: float | None) -> dict[str, Any]:
+def ranking(snapshot: dict[str, Any], tie_within: float | None, unchecked: bool = False) -> dict[str, Any]:
     """How far to trust the order of the ranked layouts: those within `tie_within` (the cohort's median error) of
     the best are not reliably ordered, and the search's claimed gain over published layouts (`validate --search`)
     says how far a predicted gain is a lead rather than a saving. The claimed gain is given per source, as the
     median of the groups' medians, beside the pooled median: one source supplies most of the reference rows, and
     the pooled figure is mostly its. The gain with the runs' own options kept (recomputation, ZeRO stage, sequence
-    parallelism) is given the same way, where the snapshot has it: what the parallel layout alone buys."""
+    parallelism) is given the same way, where the snapshot has it: what the parallel layout alone buys. `unchecked`:
+    no run like the plan's was measured, and `tie_within` is the median error over all the runs, a floor here."""
     groups = snapshot.get("groups") or {}
     by_group, sources = _median_of_groups(groups, "median_search_gain")
     same_options, _ = _median_of_groups(groups, "median_search_gain_same_options")
     pooled = (snapshot.get("summary") or {}).get("median_search_gain")
     parts = []
-    if tie_within is not None:
+    if tie_within is not None and unchecked:
+        parts.append(f"Layouts within {tie_within:.0%} of the best step time are not reliably ordered, and more may "
+                     f"not be: that is the median error over all the published runs, and none like this plan's was "
+                     f"measured; choose among them on memory headroom or the simpler launch")
+    elif tie_within is not None:
         parts.append(f"Layouts within {tie_within:.0%} of the best step time (the median error above) are not "
                      f"reliably ordered: choose among them on memory headroom or the simpler launch")
     if by_group is not None:

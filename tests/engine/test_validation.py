@@ -215,7 +215,8 @@ def test_a_gpu_is_the_catalog_row_whose_figures_it_has_not_the_name_it_has(small
     faster = {**a100, "name": "A100 SXM4 80GB (modified)", "peak_tflops": 500.0}
     assert accuracy.catalog_gpu(faster) == ("A100 SXM4 80GB", {"peak_tflops": (500.0, 312.0)})
     found = accuracy.for_gpu("A100 SXM4 80GB (modified)", "fp16", small, gpu=faster)
-    assert found["runs"] == 0 and "ranking" not in found and found["statement"] == (
+    assert found["runs"] == 0 and found["ranking"]["tie_within"] == small["summary"]["median_abs_err"]
+    assert found["statement"] == (
         "No comparable published runs: the model was checked with the catalog's figures for A100 SXM4 80GB, and "
         "this GPU's differ (peak_tflops 500, not 312).")
     renamed = accuracy.for_gpu("H100  SXM5 80GB", "fp16", small, gpu={**faster, "name": "H100  SXM5 80GB"})
@@ -293,7 +294,13 @@ def test_a_plan_states_how_far_to_trust_its_order(small):
     found = accuracy.for_gpu("A100 SXM4 80GB", "fp16", small)
     assert found["ranking"]["tie_within"] == found["median_abs_err"]
     assert found["ranking"]["statement"].startswith(f"Layouts within {found['median_abs_err']:.0%} of the best")
-    assert "ranking" not in accuracy.for_gpu("B200", "fp8", small)  # no comparable runs: no error to tie within
+    # No comparable runs: the error over all runs, at least, with the order said to be less sure still.
+    unchecked = accuracy.for_gpu("B200", "fp8", small)["ranking"]
+    assert unchecked["tie_within"] == small["summary"]["median_abs_err"]
+    assert unchecked["statement"].startswith(
+        f"Layouts within {small['summary']['median_abs_err']:.0%} of the best step time are not reliably ordered, "
+        "and more may not be: that is the median error over all the published runs, and none like this plan's was "
+        "measured")
 
 
 def test_every_answer_states_how_far_to_trust_its_step_time(catalog):
