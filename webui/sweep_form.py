@@ -48,6 +48,25 @@ GONE_FROM_SWEEP_CATALOG = {"invalid_choice": "“%(value)s” is no longer in th
                                              "page was opened): choose again"}
 
 
+# Digits in groups of three after the first, as thousands are written ("1,024", "16,384"): the page writes GPU
+# counts so, and "1,024" had made a sweep of 1 and 24 GPUs.
+THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+")
+
+
+def _counts(token: str) -> list[str]:
+    """The GPU counts one token of the list holds: counts apart by bare commas ("64,100"), or one count written
+    with thousands separators. A group after a comma that starts with 0 ("1,024") is a thousands group, since no
+    count is written "024"; where both readings are counts ("8,192", "64,128,256") the token is refused, saying
+    how to write either."""
+    if not THOUSANDS.fullmatch(token):
+        return [part for part in token.split(",") if part]
+    groups = token.split(",")
+    if any(group.startswith("0") for group in groups[1:]):
+        return [token.replace(",", "")]
+    raise forms.ValidationError(
+        f"“{token}” may be one GPU count ({token.replace(',', '')}) or {len(groups)} ({', '.join(groups)}): write "
+        f"counts apart with a comma and a space, and thousands without commas")
+
 class SweepForm(forms.Form):
     model = forms.ChoiceField(label="Model", help_text="A preset from the catalog.")
     gpus = forms.MultipleChoiceField(label="GPU types", help_text="Choose one or more (Ctrl/Cmd-click).")
@@ -55,7 +74,8 @@ class SweepForm(forms.Form):
     fabrics = forms.MultipleChoiceField(label="Fabrics", help_text="Choose one or more.")
     # Room for every count a sweep may hold (1,024 scenarios): 400 characters cut a pasted list mid-number.
     num_gpus = forms.CharField(label="GPU counts", max_length=10_000,
-                               help_text="A list, e.g. 256, 512, 1024: multiples of the node's GPUs.")
+                               help_text="A list, e.g. 256, 512, 1024: multiples of the node's GPUs (or a "
+                                         "divisor, for part of one node).")
     precisions = forms.MultipleChoiceField(label="Precisions", choices=[(p, p) for p in PRECISIONS],
                                            widget=forms.CheckboxSelectMultiple)
     stacks = forms.MultipleChoiceField(
@@ -82,7 +102,9 @@ class SweepForm(forms.Form):
         self.payload: dict[str, Any] | None = None
 
     def clean_num_gpus(self) -> list[Any]:
-        items = [item for item in re.split(r"[\s,;]+", self.cleaned_data["num_gpus"]) if item]
+        items = []
+        for token in re.split(r"[\s;]+|,\s+", self.cleaned_data["num_gpus"]):
+            items += _counts(token)
         if not items:
             raise forms.ValidationError("Give at least one GPU count.")
         return [_whole(item) for item in items]
