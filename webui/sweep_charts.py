@@ -117,13 +117,17 @@ def mfu_heatmap(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
     # Both ends fixed (Plotly rescales to the data unless zmin and zmax are both given): 0 to the best MFU, so
     # 51.7% and 51.9% look alike rather than at the two ends of the scale.
     top = max(r["mfu"] for r in rows if r.get("mfu") is not None)
+    title = (f"MFU of each scenario's best layout ({across} across; {down} down)" if down
+             else f"MFU of each scenario's best layout, by {across}")
+    if len({r["values"].get("training.precision") for r in rows if r.get("mfu") is not None}) > 1:
+        # An fp8 scenario's MFU is against the FP8 peak, twice BF16's: the faster scenario may read the lower MFU.
+        title += ("<br><span style='font-size:12px'>each against its precision's peak (FP8's for fp8, twice "
+                  "BF16's): compare precisions by time to train, not by MFU</span>")
     return {"data": [{"type": "heatmap", "z": z, "x": columns, "y": lines, "text": text, "texttemplate": "%{text}",
                       "colorscale": "Viridis", "zmin": 0, "zmax": top, "zauto": False,
                       "colorbar": {"title": {"text": "MFU"}, "tickformat": ".0%"},
                       "hovertemplate": "%{y}<br>" + across + " %{x}: MFU %{text}<extra></extra>", "xgap": 2, "ygap": 2}],
-            "layout": _layout(f"MFU of each scenario's best layout ({across} across; {down} down)" if down
-                              else f"MFU of each scenario's best layout, by {across}",
-                              height=160 + 36 * len(lines), xaxis={"title": {"text": across}, "type": "category"},
+            "layout": _layout(title, height=160 + 36 * len(lines), xaxis={"title": {"text": across}, "type": "category"},
                               yaxis={"type": "category", "automargin": True})}
 
 

@@ -69,6 +69,16 @@ def test_the_mfu_heatmap_puts_gpu_counts_across_and_fabrics_down():
     # The scale runs from 0 to the best MFU, both ends fixed: Plotly ignores zmin alone and stretches the data's
     # own range, so 51.7% and 51.9% had come out at the two ends of the colour scale.
     assert (heat["zmin"], heat["zmax"], heat["zauto"]) == (0, 0.5, False)
+    assert "peak" not in fig["layout"]["title"]["text"]  # one precision: nothing to say
+
+
+def test_a_heatmap_over_precisions_says_each_mfu_is_against_its_own_peak():
+    # An fp8 scenario's MFU is against the FP8 peak: the sweep's fastest scenario read 33.8% beside bf16's 51.1%.
+    rows = [{**row(256, "IB", days, mfu), **labelled({"cluster.num_gpus": 256, "training.precision": precision})}
+            for precision, days, mfu in (("bf16", 10.0, 0.511), ("fp8", 7.8, 0.338))]
+    title = mfu_heatmap(rows, ["cluster.num_gpus", "training.precision"])["layout"]["title"]["text"]
+    assert title.endswith("<br><span style='font-size:12px'>each against its precision's peak (FP8's for fp8, twice "
+                          "BF16's): compare precisions by time to train, not by MFU</span>")
 
 
 def test_an_inline_axis_value_is_labelled_by_its_name_not_as_python_text():
