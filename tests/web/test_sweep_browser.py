@@ -122,19 +122,33 @@ def test_heatmap_rows_that_differ_only_at_their_end_stay_apart_when_shortened(we
     axes = ["cluster.gpu", "cluster.node", "cluster.fabric", "training.precision", "cluster.num_gpus"]
     rows = [{"labels": {"cluster.gpu": "H100 SXM5 80GB", "cluster.node": "GB200 NVL72 compute tray",
                         "cluster.fabric": "RoCEv2 400 GbE (Llama 3 style)", "training.precision": precision,
-                        "cluster.num_gpus": "64"}, "mfu": mfu, "num_gpus": 64}
+                        "cluster.num_gpus": "64"}, "values": {"training.precision": precision}, "mfu": mfu,
+             "num_gpus": 64}
             for precision, mfu in (("bf16", 0.373), ("fp8", 0.502))]
     figure = sweep_charts.mfu_heatmap(rows, axes)
+    # ... and four axes crossed, 16 rows that differ in every part: 5 distinct labels among them at 900 px.
+    import itertools
+
+    parts = [("H100 SXM5 80GB", "H100 SXM5 96GB HBM2e 500W"), ("DGX H100", "GB200 NVL72 compute tray"),
+             ("NDR InfiniBand fat tree", "RoCEv2 400 GbE (Llama 3 style)"), ("bf16", "fp8")]
+    crossed = [{"labels": {"cluster.gpu": g, "cluster.node": n, "cluster.fabric": f, "training.precision": p,
+                           "cluster.num_gpus": "64"}, "values": {"training.precision": p}, "mfu": 0.4, "num_gpus": 64}
+               for g, n, f, p in itertools.product(*parts)]
+    wide = sweep_charts.mfu_heatmap(crossed, axes)
     page = browser.new_context(viewport={"width": 900, "height": 800}).new_page()
     page.goto(web.url + "/validation/")  # a page with charts: the addresses of plotly.js and charts.js as served
     scripts = page.eval_on_selector_all("script[src]", "ss => ss.map(s => s.src)")
     plotly, charts_js = (next(s for s in scripts if name in s) for name in ("plotly", "charts"))
     page.set_content(
-        '<script id="figures-data" type="application/json">' + json.dumps({"h": figure}).replace("<", "\\u003c")
-        + '</script><div data-figure="h" style="width: 800px"></div>'
+        '<script id="figures-data" type="application/json">'
+        + json.dumps({"h": figure, "w": wide}).replace("<", "\\u003c")
+        + '</script><div data-figure="h" style="width: 800px"></div><div data-figure="w" style="width: 900px"></div>'
         + f'<script src="{plotly}"></script><script src="{charts_js}"></script>')
     page.wait_for_selector("[data-figure=h] .ytick text")
     labels = page.eval_on_selector_all("[data-figure=h] .ytick text", "ts => ts.map(t => t.textContent)")
     assert len(labels) == 2 and len(set(labels)) == 2, labels
     assert all("…" in label for label in labels), labels  # shortened to 40% of the width, as before
     assert labels[0].endswith("precision bf16") and labels[1].endswith("precision fp8"), labels
+    page.wait_for_selector("[data-figure=w] .ytick text")
+    labels = page.eval_on_selector_all("[data-figure=w] .ytick text", "ts => ts.map(t => t.textContent)")
+    assert len(labels) == 16 and len(set(labels)) == 16, labels

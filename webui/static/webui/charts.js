@@ -96,6 +96,18 @@
     return head + tail.slice(1);
   }
 
+  // Each ", "-separated part shortened to its share of the room, from its start or from its end: a sweep's row
+  // of four axes ("H100 SXM5 96GB HBM2e 500W, DGX H100, NDR InfiniBand fat tree, precision fp8") keeps a piece of
+  // each ("…HBM2e 500W, …DGX H100, …fat tree, …ion fp8").
+  function byParts(how) {
+    return function (label, width) {
+      if (textWidth(label, TICK_PX) <= width) return label;
+      var parts = label.split(", ");
+      var share = (width - textWidth(", ", TICK_PX) * (parts.length - 1)) / parts.length;
+      return parts.map(function (part) { return how(part, share); }).join(", ");
+    };
+  }
+
   function distinct(values) {
     return values.filter(function (v, i) { return values.indexOf(v) === i; }).length;
   }
@@ -108,10 +120,18 @@
     var labels = bars[0].y.filter(function (y) { return typeof y === "string"; });
     var room = Math.max(80, 0.4 * width);
     // Labels alike in their first words (a sweep's rows that differ only in the precision, at the end) were
-    // shortened alike: then their ends are kept, or both ends, whichever keeps them apart.
-    var short = [shorten, shortenFromStart, shortenMiddle].map(function (how) {
-      return labels.map(function (label) { return how(label, room); });
-    }).filter(function (candidate) { return distinct(candidate) === distinct(labels); })[0];
+    // shortened alike: then their ends are kept, or both ends, or a piece of each part, whichever first keeps
+    // them apart, in 40% of the width and then in 55%.
+    var ways = [shorten, shortenFromStart, shortenMiddle, byParts(shortenFromStart), byParts(shorten)];
+    var short = null;
+    [room, Math.max(room, 0.55 * width)].some(function (space) {
+      return ways.some(function (how) {
+        var candidate = labels.map(function (label) { return how(label, space); });
+        if (distinct(candidate) !== distinct(labels)) return false;
+        short = candidate;
+        return true;
+      });
+    });
     if (!short) short = labels.map(function (label) { return shorten(label, room); });
     if (short.every(function (label, i) { return label === labels[i]; })) return;
     Object.assign(layout.yaxis, {tickmode: "array", tickvals: labels, ticktext: short});
