@@ -166,7 +166,9 @@ def _request_rows(plans: list[Plan]) -> list[tuple[str, Callable[[Plan], Any]]]:
     def tokens(plan: Plan) -> Any:  # as the plan page writes it: "15T", not 15,000,000,000,000
         value = _spec_at(plan, "training", "tokens")
         return count(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
-    rows = [("status", lambda p: p.status)] + [(label, tokens if path == ("training", "tokens") else spec(*path))
+    def status(plan: Plan) -> str:  # "done" with dashes below it said nothing of why
+        return "done: no layout fits" if plan.status == Plan.Status.DONE and not _best(plan) else plan.status
+    rows = [("status", status)] + [(label, tokens if path == ("training", "tokens") else spec(*path))
                                                for label, path in REQUEST_ROWS]
     shown = {path for _, path in REQUEST_ROWS}
     moe_paths = {("model", name) for name in MOE_ONLY}

@@ -425,8 +425,14 @@ def test_compare_gives_the_capacity_of_a_plan_with_no_feasible_layout(client, se
     capacity = f"{a.spec['cluster']['gpu']['memory_gib']:.3g}"
     assert memory["capacity"] == {"label": "capacity", "cells": [capacity, capacity], "differs": False}
     assert memory["total"]["cells"][1] == "–"
-    # Its charts leave it out rather than draw an empty bar.
+    # Its charts leave it out rather than draw an empty bar; its status says why it has no figures ("done" did not).
     assert response.context["figures"]["memory"]["data"][0]["y"] == ["#1 64 × H100 SXM5 80GB"]
+    request = {r["label"]: r for s in response.context["sections"] for r in s["rows"] if s["title"] == "Request"}
+    assert request["status"]["cells"] == ["done", "done: no layout fits"]
+    # Columns numbered as the charts' bars: two plans of one title had two headings alike.
+    page = response.content.decode()
+    assert f'<th scope="col">#1 <a href="{a.get_absolute_url()}">' in page
+    assert f'<th scope="col">#2 <a href="{b.get_absolute_url()}">' in page
 
 
 @pytest.mark.parametrize("query,status,message", [
