@@ -101,6 +101,13 @@ class SweepForm(forms.Form):
         self.fields["fabrics"].widget.attrs["size"] = 8
         self.payload: dict[str, Any] | None = None
 
+    def focus_first_error(self) -> None:
+        """After a refused submission the keyboard starts at the first field with a message, as on the plan form
+        (there by its script; here the page has none, so by `autofocus`)."""
+        first = next((name for name in self.fields if name in self.errors), None)
+        if first is not None:
+            self.fields[first].widget.attrs["autofocus"] = True
+
     def clean_num_gpus(self) -> list[Any]:
         items = []
         for token in re.split(r"[\s;]+|,\s+", self.cleaned_data["num_gpus"]):

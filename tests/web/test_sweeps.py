@@ -204,6 +204,10 @@ def test_the_sweep_form_makes_a_sweep_and_puts_errors_beside_their_fields(client
     assert "scenario {cluster.num_gpus: 100" in errors["num_gpus"][0]
     assert "must be a number" in errors["deadline_days"][0]
     assert 'data-field="num_gpus"' in response.content.decode()
+    # The keyboard starts at the first field with a message, as on the plan form (focus had stayed on the page).
+    page = response.content.decode()
+    assert re.search(r'<input type="text" name="num_gpus"[^>]*autofocus', page)
+    assert page.count("autofocus") == 1
     assert Sweep.objects.count() == 1
     # A long pasted list of GPU counts is read whole (the box held 400 characters and cut it mid-number), and a
     # repeat is named.
