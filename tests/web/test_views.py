@@ -278,6 +278,8 @@ def test_a_done_plan_shows_its_launch_configs_with_copy_buttons(client, small_sp
     assert "For layout #2" in page and f"plan #2: {second['label']}" in page
     page = client.get(plan.get_absolute_url() + "?rank=9").content.decode()
     assert 'id="launch-error"' in page and "rank: must be between 1 and 3" in page and "For layout #1" in page
+    # The link to share is the plan's, not this address with its refused ?rank=9.
+    assert f'id="share-link">http://testserver{plan.get_absolute_url()}</a>' in page and "?rank=9</a>" not in page
 
 
 def test_a_one_token_one_sequence_request_is_told_what_helps(client, seeded):
