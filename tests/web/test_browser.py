@@ -356,4 +356,11 @@ def test_the_validation_page_draws_its_charts(web, seeded, browser):
     page.set_viewport_size({"width": 1440, "height": 900})
     page.click("#all-runs summary")
     assert page.evaluate("document.documentElement.scrollWidth") <= 1440
+    # On a phone each constant's source is read under its name and value, inside the screen: the source column
+    # sat off to the right, beside rows hundreds of pixels tall that looked blank.
+    page.set_viewport_size({"width": 375, "height": 800})
+    sources = page.eval_on_selector_all(
+        "#constants tbody tr td:last-child, #gpus tbody tr td:last-child",
+        "cs => cs.map(c => [c.getBoundingClientRect().left, c.getBoundingClientRect().right])")
+    assert sources and all(left >= 0 and right <= 375 for left, right in sources), sources[:3]
     assert errors == []
