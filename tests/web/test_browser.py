@@ -297,6 +297,8 @@ def test_a_plan_on_each_new_gpu_and_fabric_renders_with_launch_configs(web, work
         assert len(titles) >= 3, titles
         for t in titles:
             assert 0 <= t["top"] and t["right"] <= t["width"] and t["bottom"] <= t["plot_top"], (url, t)
+            # below Plotly's toolbar, which lay over the first line
+            assert t["modebar_bottom"] is not None and t["top"] >= t["modebar_bottom"], (url, t)
         assert any(t["lines"] > 1 for t in titles), titles  # at 375 px some were wider than the chart
         # A legend under the plot wraps into more rows on a phone: it stays below the x-axis title (its box has
         # a few px of padding), where it had run up over it.
@@ -334,7 +336,9 @@ def test_a_plan_on_each_new_gpu_and_fabric_renders_with_launch_configs(web, work
 CHART_TITLE_BOXES = """charts => charts.filter(c => c.querySelector('.gtitle')).map(c => {
   const box = c.getBoundingClientRect(), title = c.querySelector('.gtitle').getBoundingClientRect();
   const plot = c.querySelector('.bglayer rect, .nsewdrag').getBoundingClientRect();
+  const bar = c.querySelector('.modebar');
   return {name: c.id, top: title.top - box.top, bottom: title.bottom - box.top, right: title.right - box.left,
+          modebar_bottom: bar ? bar.getBoundingClientRect().bottom - box.top : null,
           width: box.width, plot_top: plot.top - box.top,
           lines: Math.max(1, c.querySelectorAll('.gtitle tspan.line').length)};
 })"""

@@ -12,6 +12,9 @@
   var figures = JSON.parse(holder.textContent);
   var LINE = 1.3;  // a title line's height, in font sizes
   var PAD = 12, GAP = 16;  // pixels above the title and between it and the plot
+  // Plotly's toolbar (top right, about 28 px high) lay over the title's first line on a phone, where the title
+  // spans the width: on a chart narrower than NARROW_PX the title starts below it.
+  var MODEBAR_PX = 30, NARROW_PX = 600;
   var PLOTLY_FONT = "'Open Sans', verdana, arial, sans-serif";  // Plotly's default font family
   var canvas = document.createElement("canvas").getContext("2d");
 
@@ -55,11 +58,12 @@
     var px = (layout.title.font && layout.title.font.size) || 17;
     var wrapped = wrapTitle(title, px, Math.max(120, width - 24));
     var margin = (layout.margin && layout.margin.t) || 80;
-    var top = Math.max(margin, PAD + wrapped.height + GAP);
+    var pad = width < NARROW_PX ? PAD + MODEBAR_PX : PAD;
+    var top = Math.max(margin, pad + wrapped.height + GAP);
     var height = (layout.height || 450) + top - margin;
     // Plotly hangs a one-line title from `y` (yanchor top) but puts a multi-line title's first baseline there,
     // whatever its yanchor (plotly.js issue #6472), so that one is a line lower.
-    var y = 1 - (PAD + (wrapped.lines > 1 ? wrapped.first : 0)) / height;
+    var y = 1 - (pad + (wrapped.lines > 1 ? wrapped.first : 0)) / height;
     Object.assign(layout.title, {text: wrapped.text, yref: "container", y: y, yanchor: "top"});
     layout.margin = Object.assign({}, layout.margin, {t: top});
     layout.height = height;
