@@ -26,6 +26,25 @@ def duration(seconds: Any, digits: int = 3, zeros: bool = False) -> str:
     return "–"  # NaN
 
 
+def durations(values: list[Any], digits: int = 3, zeros: bool = False) -> list[str]:
+    """Durations to be read side by side, all in the unit the shortest takes: "139.2 s" beside "93.93 s", where each
+    in its own unit read "2.320 min" beside "93.93 s". Each in its own unit where the longest would need five digits
+    or more in that one ("21,600,000 ms" says less than "6 h"). "–" for a value that is not a number."""
+    def seconds(value: Any) -> float | None:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return float(value) if ok else None
+
+    known = [s for s in map(seconds, values) if s is not None]
+    if not known:
+        return ["–" for _ in values]
+    unit = duration(min(known), digits, zeros).rsplit(" ", 1)[1]
+    scale = next(s for _, u, s in DURATION_UNITS if u == unit)
+    if max(known) / scale >= 1e4:
+        return [duration(v, digits, zeros) if seconds(v) is not None else "–" for v in values]
+    return ["–" if (s := seconds(v)) is None
+            else f"{significant(s / scale, digits) if zeros else number(s / scale, digits)} {unit}" for v in values]
+
+
 def significant(value: float, digits: int = 4) -> str:
     """`digits` significant digits with the trailing zeros kept and no exponent where it reads as a plain number:
     9.944, 10.10, 0.1234, 12,345 (a step time in the command line's table, as the pages write it)."""

@@ -11,12 +11,13 @@ import uuid
 from typing import Any, Callable
 
 from planner.spec import SECTIONS
+from planner.units import durations
 
 from .charts import (MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, fabric_label, legend_below, memory_breakdown,
                      plotly_text, step_time_breakdown)
 from .forms import field_label
 from .models import Plan
-from .templatetags.planner_format import count, duration, percent, step_time
+from .templatetags.planner_format import count, percent
 
 MIN_PLANS, MAX_PLANS = 2, 4
 IN_TITLE = ("model", "GPUs", "GPU")  # the request rows a plan's title names (Plan.title)
@@ -79,11 +80,13 @@ def compare_sections(*, plans: list[Plan]) -> list[dict[str, Any]]:
             for title, rows in sections]
 
 
-def _table(rows: list[tuple[str, Callable[[Any], Any]]], source: list[Any]) -> list[dict[str, Any]]:
-    """Each row's formatted cells, one per plan, and whether they differ."""
+def _table(rows: list[tuple[Any, ...]], source: list[Any]) -> list[dict[str, Any]]:
+    """Each row's formatted cells, one per plan, and whether they differ. A row (label, read) formats each value
+    alone; a row (label, read, cells) formats the row's values together (durations in one unit)."""
     table = []
-    for label, read in rows:
-        cells = [_format(read(item)) for item in source]
+    for label, read, *together in rows:
+        values = [read(item) for item in source]
+        cells = together[0](values) if together else [_format(v) for v in values]
         table.append({"label": label, "cells": cells, "differs": len(set(cells)) > 1})
     return table
 
@@ -209,19 +212,18 @@ SPEC_SECTIONS = {"model": ("model", "model"), "training": ("training", "training
                  "cluster.fabric": ("fabric", "cluster", "fabric"), "layout": ("pinned", "layout")}
 
 
-def _throughput_rows() -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
-    def time_to_train(b: dict[str, Any]) -> Any:  # as the plan page writes it ("7.5 s" was "8.68e-05" days)
-        seconds = b.get("time_to_train_s")
-        return duration(seconds) if isinstance(seconds, (int, float)) else None
-
+def _throughput_rows() -> list[tuple[Any, ...]]:
     def mfu(b: dict[str, Any]) -> Any:  # a percentage, as the plan and sweep pages show it
         return percent(b["mfu"]) if isinstance(b.get("mfu"), (int, float)) else None
-    def step(b: dict[str, Any]) -> Any:  # four digits, as the plan page's table: 10.03 and 10.04 s, not 10 and 10
-        return step_time(b["step_time_s"]) if isinstance(b.get("step_time_s"), (int, float)) else None
-    return [("layout", lambda b: b.get("label")), ("step time", step),
+    # Durations in one unit across the row ("139.2 s" beside "93.93 s", not "2.320 min" beside it); the step time
+    # to four digits, as the plan page's table (10.03 and 10.04 s, not 10 and 10); time to train as the plan page
+    # writes it ("7.5 s" was "8.68e-05" days).
+    return [("layout", lambda b: b.get("label")),
+            ("step time", lambda b: b.get("step_time_s"), lambda values: durations(values, digits=4, zeros=True)),
             ("tokens/s", lambda b: b.get("tokens_per_s")), ("MFU (of the precision's peak)", mfu),
             ("memory per GPU (GiB)", lambda b: (b.get("memory_gib") or {}).get("total")),
-            ("time to train", time_to_train), ("GPU-hours", lambda b: b.get("gpu_hours"))]
+            ("time to train", lambda b: b.get("time_to_train_s"), durations),
+            ("GPU-hours", lambda b: b.get("gpu_hours"))]
 
 
 def _time_parts(bests: list[dict[str, Any]]) -> list[str]:

@@ -23,6 +23,17 @@ def test_step_times_read_to_four_digits(seconds, text):
     assert fmt.step_time(seconds) == text
 
 
+# Compare's rows: "2.320 min" beside "93.93 s" had to be converted to be read.
+@pytest.mark.parametrize("values,texts", [
+    ([139.2, 93.93], ["139.2 s", "93.93 s"]), ([93.93, None, 139.2], ["93.93 s", "–", "139.2 s"]),
+    ([0.5, 21600], ["500.0 ms", "6.000 h"]),  # 21,600,000 ms says less than 6 h: each in its own unit
+    ([None, "x"], ["–", "–"]), ([float("nan"), 3.0], ["–", "3.000 s"])])
+def test_durations_side_by_side_read_in_one_unit(values, texts):
+    from planner.units import durations
+
+    assert durations(values, digits=4, zeros=True) == texts
+
+
 # 1.5 tokens read "2".
 @pytest.mark.parametrize("value,text", [(15e12, "15T"), (1e12, "1T"), (2.1e9, "2.1B"), (45000, "45,000"),
                                         (1.5, "1.5"), (1.0, "1"), ("x", "–")])
