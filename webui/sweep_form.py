@@ -54,18 +54,24 @@ THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+")
 
 
 def _counts(token: str) -> list[str]:
-    """The GPU counts one token of the list holds: counts apart by bare commas ("64,100"), or one count written
-    with thousands separators. A group after a comma that starts with 0 ("1,024") is a thousands group, since no
-    count is written "024"; where both readings are counts ("8,192", "64,128,256") the token is refused, saying
-    how to write either."""
-    if not THOUSANDS.fullmatch(token):
-        return [part for part in token.split(",") if part]
-    groups = token.split(",")
-    if any(group.startswith("0") for group in groups[1:]):
+    """The GPU counts one token of the list holds (commas at its ends dropped: "1,024,"): counts apart by bare
+    commas ("64,96"), or one count written with thousands separators. A group after a comma that starts with 0
+    ("1,024") is a thousands group, since no count is written "024". Refused, saying how to write either: a token
+    both readings fit ("8,192", "64,128,256"), and one that mixes the two ("1,024,2,048", "1,0240"), whose
+    pieces would otherwise be read as 1, 24, 2 and 48."""
+    token = token.strip(",")
+    groups = [group for group in token.split(",") if group]
+    if THOUSANDS.fullmatch(token) and any(group.startswith("0") for group in groups[1:]):
         return [token.replace(",", "")]
-    raise forms.ValidationError(
-        f"“{token}” may be one GPU count ({token.replace(',', '')}) or {len(groups)} ({', '.join(groups)}): write "
-        f"counts apart with a comma and a space, and thousands without commas")
+    if THOUSANDS.fullmatch(token):
+        raise forms.ValidationError(
+            f"“{token}” may be one GPU count ({token.replace(',', '')}) or {len(groups)} ({', '.join(groups)}): "
+            f"write counts apart with a comma and a space, and thousands without commas")
+    if any(len(group) > 1 and group.startswith("0") for group in groups):
+        raise forms.ValidationError(
+            f"“{token}” mixes thousands separators with commas between counts: write counts apart with a comma and "
+            f"a space, and thousands without commas")
+    return groups
 
 class SweepForm(forms.Form):
     model = forms.ChoiceField(label="Model", help_text="A preset from the catalog.")

@@ -241,7 +241,7 @@ def test_the_sweep_form_makes_a_sweep_and_puts_errors_beside_their_fields(client
     assert response.status_code == 200 and "must be a number" in response.context["form"].errors["num_gpus"][0]
     # Thousands written as the page writes them: "1,024" made a sweep of 1 and 24 GPUs.
     for typed, counts in (("512, 1,024, 2,048", [512, 1024, 2048]), ("1,024", [1024]), ("64,96,1024", [64, 96, 1024]),
-                          ("64 128;256", [64, 128, 256])):
+                          ("64 128;256", [64, 128, 256]), ("1,024,", [1024]), ("64, 128,", [64, 128])):
         client.post("/sweeps/new/", {**fields, "num_gpus": typed})
         assert Sweep.objects.latest("created_at").vary["cluster.num_gpus"] == counts, typed
     for typed, message in (("8,192", "“8,192” may be one GPU count (8192) or 2 (8, 192)"),
@@ -249,6 +249,12 @@ def test_the_sweep_form_makes_a_sweep_and_puts_errors_beside_their_fields(client
         response = client.post("/sweeps/new/", {**fields, "num_gpus": typed})
         assert response.context["form"].errors["num_gpus"] == [
             f"{message}: write counts apart with a comma and a space, and thousands without commas"]
+    # Thousands and bare commas mixed: read as 1, 24, 2 and 48 GPUs.
+    for typed in ("512, 1,024,2,048", "2,048,4,096", "1,0240"):
+        response = client.post("/sweeps/new/", {**fields, "num_gpus": typed})
+        assert response.context["form"].errors["num_gpus"] == [
+            f"“{typed.split(', ')[-1]}” mixes thousands separators with commas between counts: write counts apart "
+            "with a comma and a space, and thousands without commas"], typed
     assert client.get("/sweeps/new/").status_code == 200
     assert 'href="/sweeps/new/"' in client.get("/").content.decode()
 
