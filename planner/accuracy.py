@@ -238,18 +238,21 @@ def ranking(snapshot: dict[str, Any], tie_within: float | None, unchecked: bool 
     median of the groups' medians, beside the pooled median: one source supplies most of the reference rows, and
     the pooled figure is mostly its. The gain with the runs' own options kept (recomputation, ZeRO stage, sequence
     parallelism) is given the same way, where the snapshot has it: what the parallel layout alone buys. `unchecked`:
-    no run like the plan's was measured, and `tie_within` is the median error over all the runs, a floor here."""
+    no run like the plan's was measured, and `tie_within` is the median error over all the runs, a floor here.
+    `tie_within` is taken to the tenth of a percent the statement writes, so that the layouts marked as ties are
+    exactly those within the stated figure (3.42% marked layouts 3.3% behind the best under "within 3%")."""
+    tie_within = round(tie_within, 3) if tie_within is not None else None
     groups = snapshot.get("groups") or {}
     by_group, sources = _median_of_groups(groups, "median_search_gain")
     same_options, _ = _median_of_groups(groups, "median_search_gain_same_options")
     pooled = (snapshot.get("summary") or {}).get("median_search_gain")
     parts = []
     if tie_within is not None and unchecked:
-        parts.append(f"Layouts within {tie_within:.0%} of the best step time are not reliably ordered, and more may "
+        parts.append(f"Layouts within {tie_within:.1%} of the best step time are not reliably ordered, and more may "
                      f"not be: that is the median error over all the published runs, and none like this plan's was "
                      f"measured; choose among them on memory headroom or the simpler launch")
     elif tie_within is not None:
-        parts.append(f"Layouts within {tie_within:.0%} of the best step time (the median error above) are not "
+        parts.append(f"Layouts within {tie_within:.1%} of the best step time (the median error above) are not "
                      f"reliably ordered: choose among them on memory headroom or the simpler launch")
     if by_group is not None:
         pooled_text = f"; {pooled:.0%} pooled over all runs" if pooled is not None else ""
