@@ -149,6 +149,19 @@ def test_bad_input_in_the_browser_is_shown_next_to_the_field(web, seeded, browse
     assert page.evaluate("document.activeElement.name") == "num_gpus"
 
 
+def test_a_copy_names_its_pins_until_one_is_changed(web, seeded, browser, small_spec):
+    # "Pinned: TP, Recompute." named the served pins after they were cleared and PP pinned instead.
+    spec = services.spec_parse(data={**small_spec, "layout": {"tp": 2}}).to_dict()
+    copied = Plan.objects.create(spec=spec, spec_hash=services.spec_hash(spec))  # saved, never queued
+    page = browser.new_page()
+    page.goto(web.url + f"/?from={copied.code}")
+    assert page.is_visible("#fs-layout summary .pinned") and page.inner_text("#fs-layout summary .pinned") == \
+        "Pinned: TP."
+    page.fill("input[name=layout__tp]", "")
+    assert not page.is_visible("#fs-layout summary .pinned")
+    assert page.is_visible("input[name=layout__pp]")  # the section stays open
+
+
 def test_a_half_typed_number_is_named_not_dropped(web, seeded, browser):
     # Typed key by key, as a person does: an <input type=number> posted nothing for "1e", so a pinned TP became
     # "search" without a word and GPUs "is required".

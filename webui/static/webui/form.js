@@ -117,4 +117,14 @@
     if (changed) pins.open = true;
   }
   window.addEventListener("pageshow", openPins);
+  // The server's "Pinned: TP, Recompute." names the pins the page was served with: once a pin is changed it would
+  // name the wrong ones, and the open section shows them all.
+  var pinsNamed = document.querySelector("#fs-layout summary .pinned");
+  if (pinsNamed) {
+    ["input", "change"].forEach(function (ev) {
+      document.getElementById("fs-layout").addEventListener(ev, function (e) {
+        if (e.target.matches("select, input")) pinsNamed.hidden = true;
+      });
+    });
+  }
 })();
