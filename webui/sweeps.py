@@ -70,8 +70,18 @@ def sweep_create(*, data: Any, top: int = TOP.default, client: str = "") -> Swee
               for key in data if key not in ("base", "vary", "goal")]
     catalog = {section: services.CatalogTable(model) for section, model in CATALOG_MODELS.items()}
     scenarios, goal = [], None
+    vary = data.get("vary")
+    # A catalog-only field (the GPU-hour price) is no field of a request, so the engine's "unknown path (known: ...
+    # cluster.gpu.* fields)" read as if it should have matched: say where the price lives.
+    catalog_only = [p for p in (vary if isinstance(vary, Mapping) else {})
+                    if isinstance(p, str) and p.startswith("cluster.gpu.") and p.split(".")[-1] in GPUType.CATALOG_ONLY]
+    for path in catalog_only:
+        errors.append(SpecError.one(f"vary.{path}", "is the catalog's, not a field of a request: each scenario is "
+                                                    "priced from its GPU's row, so set the price on the GPU in the "
+                                                    "admin, or sweep GPUs whose rows have the prices to compare"))
     try:
-        scenarios = expand(data.get("base"), data.get("vary"), catalog)
+        scenarios = expand(data.get("base"), {p: v for p, v in vary.items() if p not in catalog_only}
+                           if catalog_only else vary, catalog)
     except SpecError as err:
         errors.append(err)
     try:

@@ -72,6 +72,11 @@ def test_posting_a_sweep_makes_one_queued_plan_per_scenario(client, seeded, djan
     ({"cluster.num_gpus": list(range(8, 8 * 41, 8)), "training.global_batch": list(range(256, 256 + 26))},
      "vary", "makes 40 × 26 = 1,040 scenarios; at most 1,024"),
     ("fast", "vary", "must be an object"),
+    # "unknown path (known: ... cluster.gpu.* fields)" read as if it should have matched
+    ({"cluster.num_gpus": [64], "cluster.gpu.price_per_gpu_hour_usd": [2, 3]},
+     "vary.cluster.gpu.price_per_gpu_hour_usd", "is the catalog's, not a field of a request: each scenario is priced "
+     "from its GPU's row, so set the price on the GPU in the admin, or sweep GPUs whose rows have the prices to "
+     "compare"),
 ])
 def test_a_bad_axis_is_a_400_naming_it_and_nothing_is_saved(client, seeded, vary, field, message):
     response = post(client, {"base": BASE, "vary": vary})
