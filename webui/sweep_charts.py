@@ -127,7 +127,8 @@ def mfu_heatmap(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
                       "colorscale": "Viridis", "zmin": 0, "zmax": top, "zauto": False,
                       "colorbar": {"title": {"text": "MFU"}, "tickformat": ".0%"},
                       "hovertemplate": "%{y}<br>" + across + " %{x}: MFU %{text}<extra></extra>", "xgap": 2, "ygap": 2}],
-            "layout": _layout(title, height=160 + 36 * len(lines), xaxis={"title": {"text": across}, "type": "category"},
+            "layout": _layout(title, height=160 + 36 * len(lines),
+                              xaxis={"title": {"text": across}, "type": "category"},
                               yaxis={"type": "category", "automargin": True})}
 
 
