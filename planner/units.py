@@ -34,15 +34,19 @@ def durations(values: list[Any], digits: int = 3, zeros: bool = False) -> list[s
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         return float(value) if ok else None
 
-    known = [s for s in map(seconds, values) if s is not None]
+    found = [seconds(v) for v in values]
+    known = [s for s in found if s is not None]
     if not known:
         return ["–" for _ in values]
     unit = duration(min(known), digits, zeros).rsplit(" ", 1)[1]
     scale = next(s for _, u, s in DURATION_UNITS if u == unit)
-    if max(known) / scale >= 1e4:
-        return [duration(v, digits, zeros) if seconds(v) is not None else "–" for v in values]
-    return ["–" if (s := seconds(v)) is None
-            else f"{significant(s / scale, digits) if zeros else number(s / scale, digits)} {unit}" for v in values]
+    together = max(known) / scale < 1e4
+
+    def shown(s: float) -> str:
+        if not together:
+            return duration(s, digits, zeros)
+        return f"{significant(s / scale, digits) if zeros else number(s / scale, digits)} {unit}"
+    return ["–" if s is None else shown(s) for s in found]
 
 
 def significant(value: float, digits: int = 4) -> str:

@@ -61,9 +61,9 @@ def _counts(token: str) -> list[str]:
     pieces would otherwise be read as 1, 24, 2 and 48."""
     token = token.strip(",")
     groups = [group for group in token.split(",") if group]
-    if THOUSANDS.fullmatch(token) and any(group.startswith("0") for group in groups[1:]):
-        return [token.replace(",", "")]
     if THOUSANDS.fullmatch(token):
+        if any(group.startswith("0") for group in groups[1:]):
+            return [token.replace(",", "")]
         raise forms.ValidationError(
             f"“{token}” may be one GPU count ({token.replace(',', '')}) or {len(groups)} ({', '.join(groups)}): "
             f"write counts apart with a comma and a space, and thousands without commas")

@@ -74,24 +74,23 @@
   // the left. Each label is shortened to 40% of the width, at a word where it can be ("#2 TP4 PP4 DP16…"); the
   // hover keeps the whole name.
   var TICK_PX = 12;  // Plotly's default tick label size
-  function shorten(label, width) {
+  // `label` cut to `width` at a word where it can be, keeping its start ("#2 TP4 PP4 DP16…") or, `fromStart`, its
+  // end ("…style), precision fp8").
+  function cut(label, width, fromStart) {
     if (textWidth(label, TICK_PX) <= width) return label;
+    function marked(text) { return fromStart ? "…" + text : text + "…"; }
     var words = label.split(" ");
-    while (words.length > 1 && textWidth(words.join(" ") + "…", TICK_PX) > width) words.pop();
+    while (words.length > 1 && textWidth(marked(words.join(" ")), TICK_PX) > width) {
+      if (fromStart) words.shift(); else words.pop();
+    }
     var text = words.join(" ");
-    while (text.length > 1 && textWidth(text + "…", TICK_PX) > width) text = text.slice(0, -1);
-    return text + "…";
+    while (text.length > 1 && textWidth(marked(text), TICK_PX) > width) {
+      text = fromStart ? text.slice(1) : text.slice(0, -1);
+    }
+    return marked(text);
   }
-
-  // The end of a label that fits, at a word where it can be ("…style), precision fp8").
-  function shortenFromStart(label, width) {
-    if (textWidth(label, TICK_PX) <= width) return label;
-    var words = label.split(" ");
-    while (words.length > 1 && textWidth("…" + words.join(" "), TICK_PX) > width) words.shift();
-    var text = words.join(" ");
-    while (text.length > 1 && textWidth("…" + text, TICK_PX) > width) text = text.slice(1);
-    return "…" + text;
-  }
+  function shorten(label, width) { return cut(label, width, false); }
+  function shortenFromStart(label, width) { return cut(label, width, true); }
 
   // Both ends of a label, half the room each ("H100 SXM5…precision fp8").
   function shortenMiddle(label, width) {
