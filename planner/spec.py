@@ -559,7 +559,7 @@ def _coerce(f: Field, value: Any, path: str, errs: _Collector) -> Any:
         return value
     number = as_number(value)
     if number is None:
-        errs.add(path, f"must be a number, not {describe_value(value)}")
+        errs.add(path, not_a_number(value, whole=f.kind is int))
         return None
     if math.isinf(number):
         # An integer too large for a float (JSON allows any number of digits), or Infinity.
@@ -671,6 +671,28 @@ def fmt_number(x: float) -> str:
 
 
 PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+# Numbers as people write them that the plain form refuses, and how to write them instead: thousands separated by
+# commas ("1,048,576", as the sweep page writes budgets) and a decimal comma ("1,5").
+THOUSANDS_TEXT = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
+DECIMAL_COMMA_TEXT = re.compile(r"[+-]?\d+,\d+")
+
+
+def not_a_number(value: Any, whole: bool = False) -> str:
+    """The message for a value that is not a number, saying how to write one that was meant as a number (`whole`:
+    a field of whole numbers, where "8,192" has only the one reading)."""
+    message = f"must be a number, not {describe_value(value)}"
+    text = value.strip() if isinstance(value, str) else ""
+    if THOUSANDS_TEXT.fullmatch(text):
+        # "1,500" could also be a decimal comma: say both readings rather than guess one
+        plain = text.replace(",", "")
+        if DECIMAL_COMMA_TEXT.fullmatch(text) and not whole:
+            return f"{message}: write {plain} without thousands separators, or {text.replace(',', '.')} with a point"
+        return f"{message}: write {plain} without thousands separators"
+    if DECIMAL_COMMA_TEXT.fullmatch(text) and not whole:
+        return f"{message}: write decimals with a point ({text.replace(',', '.')})"
+    return message
 
 
 def as_number(value: Any) -> float | None:

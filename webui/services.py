@@ -25,7 +25,7 @@ import planner
 from planner import PlanSpec, SpecError, accuracy, parse_spec, stacks
 from planner.catalog import FIXTURES_DIR, Catalog
 from planner.constants import ENGINE_VERSION
-from planner.spec import TOP, as_number, describe_value, look_alike_key, text_problem
+from planner.spec import TOP, as_number, describe_value, look_alike_key, not_a_number, text_problem
 from planner.launch import launch_configs
 
 from . import delivery, options
@@ -120,7 +120,7 @@ def _catalog_row_load(row: Any, *, update_existing: bool) -> str:
             wrong[key] = [f"must be text, not {describe_value(value)}"]
         elif key in model.CATALOG_ONLY and isinstance(column, models.FloatField) and (
                 isinstance(value, bool) or as_number(value) is None):
-            wrong[key] = [f"must be a number, not {describe_value(value)}"]
+            wrong[key] = [not_a_number(value)]
     if wrong:
         raise ValidationError(wrong)
     name = fields.get("name")

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import FieldError, SpecError
 from ..report import training_seconds
-from ..spec import as_number, describe_value, fmt_number, unmodified_name
+from ..spec import as_number, fmt_number, not_a_number, unmodified_name
 from .sweep import key_name
 
 SECONDS_PER_DAY = 86_400.0
@@ -58,7 +58,7 @@ def _positive(value: Any, field: str, hi: float, unit: str, errors: list[FieldEr
         return 0.0
     number = as_number(value)  # the spec's own reading: 10**400 and "1e400" are past the bound, not errors
     if number is None:
-        errors.append(FieldError(field, f"must be a number, not {describe_value(value)}"))
+        errors.append(FieldError(field, not_a_number(value)))
         return math.nan
     if not 0 < number <= hi:
         # past a double (1e400, 500 digits): no "(got inf)", as the spec's own fields say it

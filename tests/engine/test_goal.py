@@ -104,6 +104,10 @@ def test_a_goal_value_that_is_not_a_number_is_said_in_json():
     with pytest.raises(SpecError) as err:
         parse_goal({"tokens": 1e12, "deadline_days": True})
     assert err.value.as_dict()["goal.deadline_days"] == ["must be a number, not true"]  # not Python's 'True'
+    with pytest.raises(SpecError) as err:  # the sweep page writes a budget as "12,000,000 USD"
+        parse_goal({"tokens": 1e12, "deadline_days": 30, "budget": "12,000,000"})
+    assert err.value.as_dict()["goal.budget"] == [
+        "must be a number, not '12,000,000': write 12000000 without thousands separators"]
 
 
 @pytest.mark.parametrize("text", ['{"tokens": 1e400, "deadline_days": 30}', '{"tokens": "1e400", "deadline_days": 30}',

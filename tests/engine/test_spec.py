@@ -147,6 +147,13 @@ def test_part_of_one_node_is_allowed(gpt3_doc):
     ("training", "tokens", 0, "must be at least 1 token (got 0)"),  # taken, then asked for again on the page
     ("training", "global_batch", -(10**400), "must be at least 1 sequence"),
     ("model", "hidden", [], "must be a number, not a list"),
+    # Numbers written as people write them are refused (no guess between a thousands and a decimal comma) with how
+    # to write them; a whole-number field has only the thousands reading.
+    ("model", "hidden", "8,192", "must be a number, not '8,192': write 8192 without thousands separators"),
+    ("training", "tokens", "1,500", "write 1500 without thousands separators, or 1.500 with a point"),
+    ("training", "tokens", "1,5e12", "must be a number, not '1,5e12'"),
+    ("model", "layers", "1,2", "must be a number, not '1,2'"),
+    ("training", "tokens", "2,5", "must be a number, not '2,5': write decimals with a point (2.5)"),
     ("model", "name", {}, "must be a string, not an object"),
     ("model", "name", "model \u202e evil", "must not contain bidirectional control characters"),
     ("model", "name", "a\u2066b", "must not contain bidirectional control characters"),

@@ -134,6 +134,10 @@ def test_engine_messages_land_next_to_their_fields(catalog):
     ("num_gpus", "", "is required"),
     ("num_gpus", "many", "must be a number, not 'many'"),
     ("num_gpus", "12.5", "must be a whole number (got 12.5)"),
+    # Numbers as the pages write them ("12,000,000 USD"): said how to write them, not just refused
+    ("num_gpus", "1,024", "must be a number, not '1,024': write 1024 without thousands separators"),
+    ("training__tokens", "15,000,000,000,000",
+     "must be a number, not '15,000,000,000,000': write 15000000000000 without thousands separators"),
     ("training__global_batch", "0", "must be at least 1 sequence (got 0)"),
     ("training__tokens", "1e30", "must be at most 1e+16 tokens (got 1e+30)"),
     ("layout__tp", "3", "tp = 3 must divide cluster.num_gpus (512)"),
