@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Callable
 
 from django import forms
 
+from planner import SpecError
 from planner.catalog import Catalog
 from planner.spec import PRECISIONS
 from planner.stacks import FRAMEWORKS, GENERIC
@@ -105,6 +106,7 @@ class SweepForm(forms.Form):
         show_gone_choices(self, ("model", "gpus", "nodes", "fabrics"))
         self.fields["gpus"].widget.attrs["size"] = 8
         self.fields["fabrics"].widget.attrs["size"] = 8
+        self.catalog = catalog
         self.payload: dict[str, Any] | None = None
 
     def focus_first_error(self) -> None:
@@ -151,10 +153,43 @@ class SweepForm(forms.Form):
     def add_sweep_errors(self, errors: dict[str, list[str]]) -> None:
         """Put the sweep service's messages ({"vary.cluster.num_gpus": [...]}) next to their form fields."""
         for path, messages in errors.items():
-            bare = path.split(".", 1)[1] if path.startswith(("vary.", "base.")) else path
-            field = next((f for prefix, f in FIELD_OF if bare == prefix or bare.startswith(prefix + ".")), None)
+            field = _field_of(path)
             for message in messages:
                 self.add_error(field, message if field else f"{path}: {message}")
+
+    def add_the_rest(self, check: Callable[[dict[str, Any]], Any]) -> None:
+        """After the form's own refusals (a GPU count it cannot read, a row gone from the catalog), the sweep
+        service's messages about the fields it did take, so that every field's problem is said in one round (the
+        global batch's had come only once the GPU counts were mended). A field the form refused stands in at its
+        default (the GPU count at the node's), and only what the service says of the fields it took, and not of
+        one scenario, is kept: a scenario's message would be about the stand-in."""
+        if not self.is_bound or not self.errors:
+            return
+        values = dict(self.cleaned_data)
+        for name in ("model", "gpus", "nodes", "fabrics", "precisions", "global_batch"):
+            if name not in values:
+                values[name] = self.initial.get(name)
+        node = self.catalog.get("node", {}).get((values.get("nodes") or [None])[0])
+        if "num_gpus" not in values:
+            values["num_gpus"] = [node["gpus"]] if node else []
+        if not all(values.get(name) for name in ("model", "gpus", "nodes", "fabrics", "precisions", "num_gpus")):
+            return
+        try:
+            check(self._payload(values))
+        except SpecError as err:
+            for path, messages in err.as_dict().items():
+                field = _field_of(path)
+                if field is None or field in self.errors:
+                    continue
+                for message in messages:
+                    if "scenario {" not in message:
+                        self.add_error(field, message)
+
+
+def _field_of(path: str) -> str | None:
+    """The form field that shows a message about a sweep path (vary.<path>, base.<path> or goal.<field>)."""
+    bare = path.split(".", 1)[1] if path.startswith(("vary.", "base.")) else path
+    return next((f for prefix, f in FIELD_OF if bare == prefix or bare.startswith(prefix + ".")), None)
 
 
 def _whole(item: str) -> Any:

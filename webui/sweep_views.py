@@ -31,6 +31,8 @@ def sweep_new(request: HttpRequest) -> HttpResponse:
         except sweeps.SweepQuotaExceeded as err:
             form.add_error(None, str(err))
             return _retry_after(render(request, "webui/sweep_form.html", {"form": form}, status=429), err)
+    else:
+        form.add_the_rest(sweeps.sweep_check)
     form.focus_first_error()
     return render(request, "webui/sweep_form.html", {"form": form})
 

@@ -24,7 +24,7 @@ from django.utils import timezone
 from planner import SpecError
 from planner.spec import TOP, fmt_number
 from planner.units import duration
-from planner.whatif.goal import best, miss_advice, outcome, parse_goal, verdict
+from planner.whatif.goal import Goal, best, miss_advice, outcome, parse_goal, verdict
 from planner.whatif.sweep import Scenario, expand, key_name, scenario_doc, value_label
 
 from . import services
@@ -60,10 +60,30 @@ class SweepQuotaExceeded(Exception):
 
 
 def sweep_create(*, data: Any, top: int = TOP.default, client: str = "") -> Sweep:
-    """Check the whole sweep (every scenario parsed, the goal) and then save it with one plan per scenario,
-    each sent to the workers once the sweep is committed. Raises SpecError naming each problem: `vary.<path>`
-    for an axis or a scenario it makes invalid, `base.<path>`, `goal.<field>`; SweepQuotaExceeded when the
-    `client`'s unfinished scenarios and this sweep's would pass settings.SWEEP_MAX_PENDING_PER_CLIENT."""
+    """Check the whole sweep (sweep_check) and then save it with one plan per scenario, each sent to the workers
+    once the sweep is committed. Raises SpecError as sweep_check; SweepQuotaExceeded when the `client`'s
+    unfinished scenarios and this sweep's would pass settings.SWEEP_MAX_PENDING_PER_CLIENT."""
+    catalog, scenarios, goal = sweep_check(data)
+    prices = dict(GPUType.objects.values_list("name", "price_per_gpu_hour_usd"))
+    client = client[:64]
+    with transaction.atomic():  # the plans' tasks are sent when this commits (plan_create's on_commit)
+        _lock_client(client)
+        sweep = Sweep.objects.create(base=data["base"], vary=data["vary"], axes=list(data["vary"]),
+                                     goal=goal.as_dict() if goal else None, top=top, client=client)
+        SweepScenario.objects.bulk_create(
+            SweepScenario(sweep=sweep, position=i, values=s.values,
+                          plan=services.plan_create(spec=s.spec, top=top,
+                                                    sources=_sources(data["base"], s.values, catalog)),
+                          price_per_gpu_hour_usd=prices.get(s.spec.cluster.gpu.name))
+            for i, s in enumerate(scenarios))
+        _within_quota(sweep)  # raising rolls the sweep and its plans back; no task was sent
+    return sweep
+
+
+def sweep_check(data: Any) -> tuple[dict[str, services.CatalogTable], list[Scenario], Goal | None]:
+    """Every scenario of a sweep request parsed against the catalog, and its goal, saving nothing: (catalog,
+    scenarios, goal). Raises SpecError naming each problem: `vary.<path>` for an axis or a scenario it makes
+    invalid, `base.<path>`, `goal.<field>`."""
     if not isinstance(data, Mapping):
         raise SpecError.one("sweep", 'must be a JSON object {"base": SPEC, "vary": {PATH: [VALUES]}, "goal": {...}}')
     errors = [SpecError.one(key_name(key), "unknown field (known: base, goal, vary)")
@@ -93,20 +113,7 @@ def sweep_create(*, data: Any, top: int = TOP.default, client: str = "") -> Swee
     if goal is not None:  # the goal's tokens are what each scenario's plan trains
         _tokens_agree(data, scenarios, goal.tokens)
         scenarios = [_with_tokens(s, goal.tokens) for s in scenarios]
-    prices = dict(GPUType.objects.values_list("name", "price_per_gpu_hour_usd"))
-    client = client[:64]
-    with transaction.atomic():  # the plans' tasks are sent when this commits (plan_create's on_commit)
-        _lock_client(client)
-        sweep = Sweep.objects.create(base=data["base"], vary=data["vary"], axes=list(data["vary"]),
-                                     goal=goal.as_dict() if goal else None, top=top, client=client)
-        SweepScenario.objects.bulk_create(
-            SweepScenario(sweep=sweep, position=i, values=s.values,
-                          plan=services.plan_create(spec=s.spec, top=top,
-                                                    sources=_sources(data["base"], s.values, catalog)),
-                          price_per_gpu_hour_usd=prices.get(s.spec.cluster.gpu.name))
-            for i, s in enumerate(scenarios))
-        _within_quota(sweep)  # raising rolls the sweep and its plans back; no task was sent
-    return sweep
+    return catalog, scenarios, goal
 
 
 def _lock_client(client: str) -> None:

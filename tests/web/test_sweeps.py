@@ -260,6 +260,21 @@ def test_the_sweep_form_makes_a_sweep_and_puts_errors_beside_their_fields(client
         assert response.context["form"].errors["num_gpus"] == [
             f"“{typed.split(', ')[-1]}” mixes thousands separators with commas between counts: write counts apart "
             "with a comma and a space, and thousands without commas"], typed
+    # Every field's problem in one round: the service's (the global batch, the goal) beside the form's own (GPU
+    # counts it cannot read, a row gone from the catalog); they had come only once the form's were mended.
+    sweeps_before = Sweep.objects.count()
+    response = client.post("/sweeps/new/", {**fields, "num_gpus": "8,192", "global_batch": "abc",
+                                            "deadline_days": "-3", "fabrics": ["Old fabric"]})
+    errors = response.context["form"].errors
+    assert errors["num_gpus"][0].startswith("“8,192” may be one GPU count") and len(errors["num_gpus"]) == 1
+    assert errors["fabrics"][0].startswith("“Old fabric” is no longer in the catalog")
+    assert errors["global_batch"] == ["must be a number, not 'abc'"]
+    assert errors["deadline_days"] == ["must be more than 0 and at most 36500 days (got -3)"]
+    # What the service says of one scenario is left out there: it would be about the stand-in GPU count.
+    response = client.post("/sweeps/new/", {**fields, "num_gpus": "64, x", "global_batch": "100000000"})
+    errors = response.context["form"].errors
+    assert set(errors) == {"num_gpus", "global_batch"} and "scenario" not in errors["global_batch"][0]
+    assert Sweep.objects.count() == sweeps_before
     assert client.get("/sweeps/new/").status_code == 200
     assert 'href="/sweeps/new/"' in client.get("/").content.decode()
 
