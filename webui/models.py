@@ -157,6 +157,17 @@ class GPUType(CatalogRow):
     class Meta(CatalogRow.Meta):
         verbose_name = "GPU type"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """A renamed GPU type stays held by the node types that held it under its old name."""
+        old = GPUType.objects.filter(pk=self.pk).values_list("name", flat=True).first() if self.pk else None
+        super().save(*args, **kwargs)
+        if old is not None and old != self.name:
+            for node in NodeType.objects.filter(gpu_types__contains=old):
+                names = node.held_gpus()
+                if old in names:
+                    node.gpu_types = "\n".join(self.name if n == old else n for n in names)
+                    node.save(update_fields=["gpu_types"])
+
     def row_errors(self) -> dict[str, list[str]]:
         # A price of 0 would make every scenario on this GPU free, and a sweep's cheapest pick a tie.
         price = self.price_per_gpu_hour_usd  # full_clean runs this after a field's own error too ("abc")
@@ -175,6 +186,7 @@ class GPUType(CatalogRow):
 
 class NodeType(CatalogRow):
     SECTION = "node"
+    CATALOG_ONLY = ("gpu_types",)
     gpus = models.PositiveIntegerField()
     nvlink_domain_gpus = models.PositiveIntegerField(null=True, blank=True)
     nvlink_gbytes_per_s = models.FloatField()
@@ -182,9 +194,36 @@ class NodeType(CatalogRow):
     nic_gbits_per_s = models.FloatField()
     nvlink_sharp = models.BooleanField(default=False)
     host_gbytes_per_s = models.FloatField(default=128.0)
+    # Catalog only, not a spec field: a plan may put any GPU in any node (a what-if). Sweeps read it to leave out
+    # a GPU in a node type not built for it ("B200 in a DGX H100"), where asked to leave out what cannot run.
+    gpu_types = models.TextField(
+        blank=True, verbose_name="GPU types it holds",
+        help_text="The catalog's GPU types this node is built with, one name a line. A sweep asked to leave out "
+                  "combinations that cannot run leaves out any other GPU in this node. Empty: any GPU.")
 
     class Meta(CatalogRow.Meta):
         verbose_name = "node type"
+
+    def held_gpus(self) -> list[str]:
+        """The GPU types' names this node holds; empty for any."""
+        return held_gpus(self.gpu_types)
+
+    def row_errors(self) -> dict[str, list[str]]:
+        if not isinstance(self.gpu_types, str):
+            return {}  # said as "must be text" where it is read
+        names = self.held_gpus()
+        known = set(GPUType.objects.filter(name__in=names).values_list("name", flat=True))
+        unknown = [n for n in names if n not in known]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        problems = ([f"{', '.join(map(repr, unknown[:5]))} {'is' if len(unknown) == 1 else 'are'} not a GPU type "
+                     f"of the catalog (one name a line, as the GPU types list writes it)"] if unknown else [])
+        problems += [f"names {', '.join(map(repr, twice))} twice"] if twice else []
+        return {"gpu_types": problems} if problems else {}
+
+
+def held_gpus(text: Any) -> list[str]:
+    """A node type's `gpu_types` text as names, one a line, blank lines and spaces around a name dropped."""
+    return [line.strip() for line in text.splitlines() if line.strip()] if isinstance(text, str) else []
 
 
 class Fabric(CatalogRow):
@@ -362,6 +401,9 @@ class Sweep(models.Model):
                               help_text="Who asked (an address): sweeps of one client share a quota of scenarios "
                                         "waiting or running (settings.SWEEP_MAX_PENDING_PER_CLIENT).")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    left_out = models.JSONField(default=list, blank=True,
+                                help_text='Combinations that cannot run, left out as asked ("leave_out_invalid"): '
+                                          '[{"values", "reasons"}].')
 
     class Meta:
         ordering = ["-created_at"]

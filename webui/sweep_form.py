@@ -20,7 +20,7 @@ from .forms import catalog_choice, show_gone_choices
 DEFAULTS = {"model": "Llama 3 70B", "gpus": ["H100 SXM5 80GB"], "nodes": ["DGX H100"],
             "fabrics": ["NDR InfiniBand fat tree", "RoCEv2 400 GbE (Llama 3 style)"],
             "num_gpus": "256, 512, 1024, 2048, 4096, 8192", "precisions": ["bf16", "fp8"], "global_batch": "1024",
-            "stacks": [GENERIC], "tokens": "15e12", "deadline_days": "90"}
+            "stacks": [GENERIC], "tokens": "15e12", "deadline_days": "90", "leave_out_invalid": True}
 # The axis each multi-choice field varies, and the base field a single choice sets.
 AXES = {"gpus": "cluster.gpu", "nodes": "cluster.node", "fabrics": "cluster.fabric",
         "precisions": "training.precision", "stacks": "training.framework", "num_gpus": "cluster.num_gpus"}
@@ -77,7 +77,10 @@ def _counts(token: str) -> list[str]:
 class SweepForm(forms.Form):
     model = forms.ChoiceField(label="Model", help_text="A preset from the catalog.")
     gpus = forms.MultipleChoiceField(label="GPU types", help_text="Choose one or more (Ctrl/Cmd-click).")
-    nodes = forms.MultipleChoiceField(label="Node types", help_text="Each GPU type is tried in each node type.")
+    nodes = forms.MultipleChoiceField(label="Node types",
+                                      help_text="Each GPU type is tried in each node type built with it (the node "
+                                                "type's GPU types in the catalog); one that none of these is built "
+                                                "with, in each.")
     fabrics = forms.MultipleChoiceField(label="Fabrics", help_text="Choose one or more.")
     # Room for every count a sweep may hold (1,024 scenarios): 400 characters cut a pasted list mid-number.
     num_gpus = forms.CharField(label="GPU counts", max_length=10_000,
@@ -90,6 +93,11 @@ class SweepForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
         help_text="generic: each training option's default; the others fill them as that stack runs "
                   "(training.framework).")
+    leave_out_invalid = forms.BooleanField(
+        label="Leave out combinations that cannot run", required=False,
+        help_text="Such as FP8 on a GPU without FP8 tensor cores, or a GPU in a node type not built with it, "
+                  "where each value runs in another scenario: the sweep's page lists each with the reason. "
+                  "Unticked, a combination that cannot run refuses the sweep, and every GPU goes in every node.")
     global_batch = forms.CharField(label="Global batch (sequences)", max_length=40)
     tokens = forms.CharField(label="Tokens to train", max_length=40, required=False,
                              help_text="e.g. 15e12; needed for time to train and for a goal.")
@@ -142,7 +150,8 @@ class SweepForm(forms.Form):
                 vary[path] = values
             else:
                 (training if path.startswith("training") else cluster)[path.split(".")[-1]] = values[0]
-        data: dict[str, Any] = {"base": {"model": c["model"], "training": training, "cluster": cluster}, "vary": vary}
+        data: dict[str, Any] = {"base": {"model": c["model"], "training": training, "cluster": cluster}, "vary": vary,
+                                "leave_out_invalid": bool(c.get("leave_out_invalid"))}
         if c.get("deadline_days") or c.get("budget"):
             data["goal"] = {"tokens": c.get("tokens"), "deadline_days": c.get("deadline_days"),
                             "budget": c.get("budget") or None}

@@ -11,9 +11,9 @@ import hashlib
 import io
 import json
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -21,14 +21,14 @@ from django.db.models import Count, Min
 from django.urls import reverse
 from django.utils import timezone
 
-from planner import SpecError
-from planner.spec import TOP, fmt_number
+from planner import PlanSpec, SpecError
+from planner.spec import TOP, describe_value, fmt_number, unmodified_name
 from planner.units import duration
 from planner.whatif.goal import Goal, best, miss_advice, outcome, parse_goal, verdict
-from planner.whatif.sweep import Scenario, expand, key_name, scenario_doc, value_label
+from planner.whatif.sweep import LeftOut, Scenario, expand_leaving_out, key_name, scenario_doc, value_label
 
 from . import services
-from .models import CATALOG_MODELS, GPUType, Plan, Sweep, SweepScenario
+from .models import CATALOG_MODELS, GPUType, NodeType, Plan, Sweep, SweepScenario
 
 FINISHED = (Plan.Status.DONE, Plan.Status.FAILED)
 # The few parts of each plan a sweep shows, read inside the database (a plan's whole answer is large).
@@ -49,6 +49,10 @@ ROW_FIELDS = ("plan", "status", "num_gpus", "gpu", "node", "fabric", "precision"
               "tokens_per_s", "mfu", "time_to_train_days", "gpu_hours", "cost", "meets_goal", "goal_note", "url")
 
 
+# The fields of a sweep request.
+SWEEP_KEYS = ("base", "goal", "leave_out_invalid", "vary")
+
+
 class SweepQuotaExceeded(Exception):
     """The client's earlier sweeps still have too many scenarios waiting or running for this one (a 429).
     `retry_after_s`: when enough of them should have finished, at the pace its scenarios finished lately (the
@@ -63,13 +67,15 @@ def sweep_create(*, data: Any, top: int = TOP.default, client: str = "") -> Swee
     """Check the whole sweep (sweep_check) and then save it with one plan per scenario, each sent to the workers
     once the sweep is committed. Raises SpecError as sweep_check; SweepQuotaExceeded when the `client`'s
     unfinished scenarios and this sweep's would pass settings.SWEEP_MAX_PENDING_PER_CLIENT."""
-    catalog, scenarios, goal = sweep_check(data)
+    checked = sweep_check(data)
+    catalog, scenarios, goal = checked.catalog, checked.scenarios, checked.goal
     prices = dict(GPUType.objects.values_list("name", "price_per_gpu_hour_usd"))
     client = client[:64]
     with transaction.atomic():  # the plans' tasks are sent when this commits (plan_create's on_commit)
         _lock_client(client)
         sweep = Sweep.objects.create(base=data["base"], vary=data["vary"], axes=list(data["vary"]),
-                                     goal=goal.as_dict() if goal else None, top=top, client=client)
+                                     goal=goal.as_dict() if goal else None, top=top, client=client,
+                                     left_out=[s.as_dict() for s in checked.left_out])
         SweepScenario.objects.bulk_create(
             SweepScenario(sweep=sweep, position=i, values=s.values,
                           plan=services.plan_create(spec=s.spec, top=top,
@@ -80,16 +86,20 @@ def sweep_create(*, data: Any, top: int = TOP.default, client: str = "") -> Swee
     return sweep
 
 
-def sweep_check(data: Any) -> tuple[dict[str, services.CatalogTable], list[Scenario], Goal | None]:
-    """Every scenario of a sweep request parsed against the catalog, and its goal, saving nothing: (catalog,
-    scenarios, goal). Raises SpecError naming each problem: `vary.<path>` for an axis or a scenario it makes
-    invalid, `base.<path>`, `goal.<field>`."""
+def sweep_check(data: Any) -> Checked:
+    """Every scenario of a sweep request parsed against the catalog, and its goal, saving nothing. Raises
+    SpecError naming each problem: `vary.<path>` for an axis or a scenario it makes invalid, `base.<path>`,
+    `goal.<field>`; with `"leave_out_invalid": true`, a combination that cannot run though each of its values
+    runs elsewhere is left out instead (planner.whatif.sweep.expand_leaving_out)."""
     if not isinstance(data, Mapping):
         raise SpecError.one("sweep", 'must be a JSON object {"base": SPEC, "vary": {PATH: [VALUES]}, "goal": {...}}')
-    errors = [SpecError.one(key_name(key), "unknown field (known: base, goal, vary)")
-              for key in data if key not in ("base", "vary", "goal")]
+    errors = [SpecError.one(key_name(key), f"unknown field (known: {', '.join(SWEEP_KEYS)})")
+              for key in data if key not in SWEEP_KEYS]
+    leave_out = data.get("leave_out_invalid", False)
+    if not isinstance(leave_out, bool):
+        errors.append(SpecError.one("leave_out_invalid", f"must be true or false, not {describe_value(leave_out)}"))
     catalog = {section: services.CatalogTable(model) for section, model in CATALOG_MODELS.items()}
-    scenarios, goal = [], None
+    scenarios, left_out, goal = [], [], None
     vary = data.get("vary")
     # A catalog-only field (the GPU-hour price) is no field of a request, so the engine's "unknown path (known: ...
     # cluster.gpu.* fields)" read as if it should have matched: say where the price lives.
@@ -100,8 +110,9 @@ def sweep_check(data: Any) -> tuple[dict[str, services.CatalogTable], list[Scena
                                                     "priced from its GPU's row, so set the price on the GPU in the "
                                                     "admin, or sweep GPUs whose rows have the prices to compare"))
     try:
-        scenarios = expand(data.get("base"), {p: v for p, v in vary.items() if p not in catalog_only}
-                           if catalog_only else vary, catalog)
+        scenarios, left_out = expand_leaving_out(
+            data.get("base"), {p: v for p, v in vary.items() if p not in catalog_only} if catalog_only else vary,
+            catalog, leave_out=leave_out is True, unbuilt=_unbuilt_by(NodeType.objects.all()))
     except SpecError as err:
         errors.append(err)
     try:
@@ -113,7 +124,32 @@ def sweep_check(data: Any) -> tuple[dict[str, services.CatalogTable], list[Scena
     if goal is not None:  # the goal's tokens are what each scenario's plan trains
         _tokens_agree(data, scenarios, goal.tokens)
         scenarios = [_with_tokens(s, goal.tokens) for s in scenarios]
-    return catalog, scenarios, goal
+    return Checked(catalog, scenarios, left_out, goal)
+
+
+def _unbuilt_by(nodes: Iterable[NodeType]) -> Callable[[PlanSpec], list[str]]:
+    """Why a scenario's GPU is not one its node type is built with (the node types' GPU types in the catalog):
+    a GPU, or a node, that a sweep's axis changes a field of is still the row it modifies."""
+    held = {node.name: node.held_gpus() for node in nodes}
+
+    def unbuilt(spec: PlanSpec) -> list[str]:
+        node = unmodified_name(spec.cluster.node.name) or spec.cluster.node.name
+        gpu = unmodified_name(spec.cluster.gpu.name) or spec.cluster.gpu.name
+        gpus = held.get(node)
+        if not gpus or gpu in gpus:
+            return []
+        return [f"cluster.node: {node} is built with {' or '.join(gpus)}, not {gpu} (the node type's GPU types in "
+                f"the catalog)"]
+    return unbuilt
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A sweep request that sweep_check found sound: its catalog, scenarios, the combinations it left out, goal."""
+    catalog: dict[str, services.CatalogTable]
+    scenarios: list[Scenario]
+    left_out: list[LeftOut]
+    goal: Goal | None
 
 
 def _lock_client(client: str) -> None:
@@ -218,7 +254,8 @@ def sweep_rows(*, sweep: Sweep) -> list[dict[str, Any]]:
 
 
 def sweep_as_dict(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The JSON API's view: {"code", "url", "status", "done", "total", "goal", "axes", "scenarios", "best"}."""
+    """The JSON API's view: {"code", "url", "status", "done", "total", "goal", "axes", "scenarios", "left_out",
+    "best"}."""
     rows = sweep_rows(sweep=sweep) if rows is None else rows
     done = sum(row["status"] in FINISHED for row in rows)
     winner = best(rows) if done == len(rows) else None  # named once every scenario has its answer
@@ -226,6 +263,8 @@ def sweep_as_dict(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None) -> 
     return {"code": str(sweep.code), "url": sweep.get_absolute_url(), "status": sweep_status(rows),
             "done": done, "total": len(rows), "goal": sweep.goal, "axes": sweep.axes,
             "created_at": sweep.created_at.isoformat(), "scenarios": rows,
+            "left_out": [{**c, "labels": {axis: value_label(axis, c["values"].get(axis)) for axis in sweep.axes}}
+                         for c in sweep.left_out],
             "best": rows[winner] if winner is not None else None,
             # Why none meets the goal, once all are answered: by count, with what may help.
             "miss_advice": miss_advice(goal, rows) if goal and done == len(rows) and winner is None else None}

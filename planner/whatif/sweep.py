@@ -14,7 +14,7 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ..errors import FieldError, SpecError
 from ..jsonio import Overflow
@@ -40,34 +40,85 @@ class Scenario:
     spec: PlanSpec
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """A combination of axis values that cannot run, though each of its values runs in another scenario (FP8 on
+    an A100 in a sweep of A100 and H100, BF16 and FP8): left out of a sweep asked to leave such ones out."""
+    values: dict[str, Any]
+    reasons: list[str]       # the engine's messages, each naming its field
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"values": self.values, "reasons": self.reasons}
+
+
 def expand(base: Any, vary: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = None) -> list[Scenario]:
     """Every scenario of the sweep, parsed; raises SpecError naming each bad axis, value or scenario."""
+    return expand_leaving_out(base, vary, catalog, leave_out=False)[0]
+
+
+def expand_leaving_out(base: Any, vary: Any, catalog: Mapping[str, Mapping[str, Mapping]] | None = None, *,
+                       leave_out: bool = True, unbuilt: Callable[[PlanSpec], list[str]] | None = None
+                       ) -> tuple[list[Scenario], list[LeftOut]]:
+    """(scenarios, left out): as expand, but with `leave_out` a combination that cannot run (the engine refuses
+    it) or cannot be bought (`unbuilt` gives reasons: a GPU in a node type not built for it) is left out, and
+    said why, instead of refusing the sweep or planning hardware nobody sells, where each of its values runs in
+    some other scenario. A value that runs nowhere is not left out: one the engine refuses everywhere (a GPU
+    count no node fills, FP8 where no GPU has it) is a mistake in the axis and refused; a GPU that no chosen
+    node is built for is a what-if the sweep was asked for, and planned."""
     errors: list[FieldError] = []
     if not isinstance(base, Mapping):
         raise SpecError.one("base", "must be a spec object (model, training, cluster)")
     axes = _axes(vary, errors)
     if errors:
         raise SpecError(errors)
-    scenarios: list[Scenario] = []
-    failed: list[tuple[dict[str, Any], SpecError]] = []
-    for combo in itertools.product(*axes.values()):
+    scenarios: list[tuple[int, Scenario]] = []  # with their place in the product, kept when some come back
+    failed: list[tuple[int, dict[str, Any], SpecError]] = []
+    odd: list[tuple[int, Scenario, list[str]]] = []  # parsed, but not hardware that is built
+    for i, combo in enumerate(itertools.product(*axes.values())):
         values = dict(zip(axes, combo, strict=True))
         try:
             doc = scenario_doc(base, values, catalog)
-            scenarios.append(Scenario(values=values, spec=parse_spec(doc, catalog)))
+            scenario = Scenario(values=values, spec=parse_spec(doc, catalog))
         except SpecError as err:
-            failed.append((values, err))
+            failed.append((i, values, err))
+            continue
+        reasons = unbuilt(scenario.spec) if unbuilt and leave_out else []
+        if reasons:
+            odd.append((i, scenario, reasons))
+        else:
+            scenarios.append((i, scenario))
+    out: list[tuple[int, LeftOut]] = []
+    if leave_out and (failed or odd):
+        runs = _runs(s for _, s in scenarios)
+        back = [(i, s) for i, s, _ in odd if not _all_run(s.values, runs)]
+        out = [(i, LeftOut(s.values, reasons)) for i, s, reasons in odd if _all_run(s.values, runs)]
+        scenarios = sorted(scenarios + back, key=lambda pair: pair[0])
+        runs = _runs(s for _, s in scenarios)
+        out += [(i, LeftOut(values, [str(e) for e in err.errors])) for i, values, err in failed
+                if scenarios and _all_run(values, runs)]
+        failed = [f for f in failed if not (scenarios and _all_run(f[1], runs))]
+    left_out = [o for _, o in sorted(out, key=lambda pair: pair[0])]
     if failed:
         # A problem every scenario has, outside the axes' own fields, is the base's: said once, under its field.
-        common = set.intersection(*({(e.field, e.message) for e in err.errors} for _, err in failed)) \
+        common = set.intersection(*({(e.field, e.message) for e in err.errors} for _, _, err in failed)) \
             if not scenarios else set()
-        for values, err in failed:
+        for _, values, err in failed:
             errors.extend(_scenario_errors(err, values, common))
         raise SpecError(_deduplicated(errors))
-    errors = _label_clashes(axes, scenarios)
+    planned = [s for _, s in scenarios]
+    errors = _label_clashes(axes, planned)
     if errors:
         raise SpecError(errors)
-    return scenarios
+    return planned, left_out
+
+
+def _runs(scenarios: Iterable[Scenario]) -> set[tuple[str, str]]:
+    """Every (axis, value) some scenario plans."""
+    return {(path, _key(value)) for s in scenarios for path, value in s.values.items()}
+
+
+def _all_run(values: Mapping[str, Any], runs: set[tuple[str, str]]) -> bool:
+    return all((path, _key(value)) in runs for path, value in values.items())
 
 
 def _label_clashes(axes: dict[str, list[Any]], scenarios: list[Scenario]) -> list[FieldError]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from planner import SpecError, parse_spec
-from planner.whatif.sweep import MAX_SCENARIOS, axis_paths, expand, scenario_doc, scenario_label, value_text
+from planner.whatif.sweep import (MAX_SCENARIOS, axis_paths, expand, expand_leaving_out, scenario_doc, scenario_label,
+                                  value_text)
 
 BASE = {"model": "Llama 3 70B", "training": {"global_batch": 1024, "precision": "bf16"},
         "cluster": {"num_gpus": 256, "gpu": "H100 SXM5 80GB", "node": "DGX H100",
@@ -136,3 +137,45 @@ def test_axis_values_are_labelled_as_people_read_them():
     assert value_text(1e12) == "1000000000000" and value_text(2.5e-7) == "2.5e-07"  # not JSON's 1000000000000.0
     assert value_text({"name": "6g", "gpus": 6}) == "6g"
     assert value_text({"gpus": 6, "nics": 6}) == '{"gpus": 6, "nics": 6}'  # never Python's {'gpus': 6}
+
+
+def test_a_combination_that_cannot_run_is_left_out_where_asked_and_each_value_runs_elsewhere(catalog):
+    vary = {"cluster.gpu": ["A100 SXM4 80GB", "H100 SXM5 80GB"], "training.precision": ["bf16", "fp8"]}
+    base = {**BASE, "cluster": {**BASE["cluster"], "node": "DGX H100"}}
+    with pytest.raises(SpecError):  # not asked: refused, as ever
+        expand(base, vary, catalog)
+    scenarios, left_out = expand_leaving_out(base, vary, catalog)
+    assert [s.values for s in scenarios] == [
+        {"cluster.gpu": "A100 SXM4 80GB", "training.precision": "bf16"},
+        {"cluster.gpu": "H100 SXM5 80GB", "training.precision": "bf16"},
+        {"cluster.gpu": "H100 SXM5 80GB", "training.precision": "fp8"}]
+    (out,) = left_out
+    assert out.as_dict() == {"values": {"cluster.gpu": "A100 SXM4 80GB", "training.precision": "fp8"}, "reasons": [
+        "training.precision: fp8 needs a GPU with FP8 tensor cores, and 'A100 SXM4 80GB' has none "
+        "(cluster.gpu.fp8_tflops is 0)"]}
+    # A value that runs in no scenario is a mistake in its axis, not an unlucky pairing: still refused.
+    with pytest.raises(SpecError) as caught:
+        expand_leaving_out(base, {**vary, "training.precision": ["fp8"]}, catalog)
+    assert "'A100 SXM4 80GB' has none" in caught.value.as_dict()["vary.training.precision"][0]
+
+
+def test_a_gpu_in_a_node_not_built_with_it_is_left_out_unless_no_chosen_node_is(catalog):
+    held = {"DGX H100": "H100 SXM5 80GB", "DGX B200": "B200"}
+
+    def unbuilt(spec):
+        gpu, node = spec.cluster.gpu.name, spec.cluster.node.name
+        return [] if held.get(node) == gpu else [f"{node} is built with {held[node]}, not {gpu}"]
+
+    vary = {"cluster.gpu": ["H100 SXM5 80GB", "B200"], "cluster.node": ["DGX H100", "DGX B200"]}
+    scenarios, left_out = expand_leaving_out(BASE, vary, catalog, unbuilt=unbuilt)
+    assert [tuple(s.values.values()) for s in scenarios] == [("H100 SXM5 80GB", "DGX H100"), ("B200", "DGX B200")]
+    assert [(tuple(o.values.values()), o.reasons) for o in left_out] == [
+        (("H100 SXM5 80GB", "DGX B200"), ["DGX B200 is built with B200, not H100 SXM5 80GB"]),
+        (("B200", "DGX H100"), ["DGX H100 is built with H100 SXM5 80GB, not B200"])]
+    # A GPU that none of the chosen nodes is built with is a what-if the sweep asks for: planned, in its place.
+    scenarios, left_out = expand_leaving_out(BASE, {"cluster.gpu": ["B200", "H100 SXM5 80GB"],
+                                                    "cluster.node": ["DGX H100"]}, catalog, unbuilt=unbuilt)
+    assert [s.values["cluster.gpu"] for s in scenarios] == ["B200", "H100 SXM5 80GB"] and left_out == []
+    # Not asked to leave anything out: every GPU in every node, as before.
+    scenarios, left_out = expand_leaving_out(BASE, vary, catalog, leave_out=False, unbuilt=unbuilt)
+    assert len(scenarios) == 4 and left_out == []

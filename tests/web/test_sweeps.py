@@ -120,6 +120,80 @@ def test_a_bad_base_goal_or_body_is_a_400_naming_the_field(client, seeded, body,
     assert any(message in m for m in errors[field]), errors
 
 
+def test_combinations_that_cannot_run_or_be_bought_are_left_out_where_asked_and_listed(client, seeded):
+    # FP8 on an A100 and a GPU in a node type not built with it, in a sweep of GPUs, nodes and precisions: the
+    # sweep had been refused whole, and the form put every GPU in every node ("B200 in a DGX H100").
+    body = {"base": {**BASE, "cluster": {"num_gpus": 64, "fabric": HARDWARE["fabric"]}},
+            "vary": {"cluster.gpu": ["A100 SXM4 80GB", "H100 SXM5 80GB", "B200"],
+                     "cluster.node": ["DGX A100", "DGX H100", "DGX B200"], "training.precision": ["bf16", "fp8"]}}
+    response = post(client, body)
+    assert response.status_code == 400 and "'A100 SXM4 80GB' has none" in json.dumps(response.json())
+    response = post(client, {**body, "leave_out_invalid": True})
+    assert response.status_code == 201, response.content
+    assert response.json()["total"] == 5  # A100 bf16, H100 bf16 and fp8, B200 bf16 and fp8, each in its own node
+    sweep = Sweep.objects.get()
+    assert [tuple(s.values.values()) for s in sweep.scenarios.order_by("position")] == [
+        ("A100 SXM4 80GB", "DGX A100", "bf16"), ("H100 SXM5 80GB", "DGX H100", "bf16"),
+        ("H100 SXM5 80GB", "DGX H100", "fp8"), ("B200", "DGX B200", "bf16"), ("B200", "DGX B200", "fp8")]
+    shown = client.get(f"/api/sweeps/{sweep.code}").json()
+    assert len(shown["left_out"]) == 18 - 5
+    first = shown["left_out"][0]
+    assert first == {"values": {"cluster.gpu": "A100 SXM4 80GB", "cluster.node": "DGX A100",
+                                "training.precision": "fp8"},
+                     "labels": {"cluster.gpu": "A100 SXM4 80GB", "cluster.node": "DGX A100",
+                                "training.precision": "fp8"},
+                     "reasons": ["training.precision: fp8 needs a GPU with FP8 tensor cores, and 'A100 SXM4 80GB' "
+                                 "has none (cluster.gpu.fp8_tflops is 0)"]}
+    assert {"values": {"cluster.gpu": "B200", "cluster.node": "DGX H100", "training.precision": "bf16"},
+            "reasons": ["cluster.node: DGX H100 is built with H100 SXM5 80GB or H100 SXM5 96GB HBM2e 500W, not B200 "
+                        "(the node type's GPU types in the catalog)"]} in [
+        {k: c[k] for k in ("values", "reasons")} for c in shown["left_out"]]
+    page = client.get(sweep.get_absolute_url()).content.decode()
+    section = page[page.index('id="sweep-left-out"'):]
+    assert "Left out: 13 combinations that cannot run" in section
+    assert "DGX H100 is built with H100 SXM5 80GB or H100 SXM5 96GB HBM2e 500W, not B200" in html.unescape(section)
+    assert post(client, {**body, "leave_out_invalid": "yes"}).json()["errors"]["leave_out_invalid"] == [
+        "must be true or false, not 'yes'"]
+    # The form asks for it by default, and says it on the page it makes.
+    form = client.get("/sweeps/new/").content.decode()
+    assert re.search(r'<input type="checkbox" name="leave_out_invalid"[^>]*checked', form)
+    response = client.post("/sweeps/new/", {
+        "model": "Llama 3 8B", "gpus": ["H100 SXM5 80GB", "B200"], "nodes": ["DGX H100", "DGX B200"],
+        "fabrics": [HARDWARE["fabric"]], "num_gpus": "64", "precisions": ["bf16"], "global_batch": "256",
+        "leave_out_invalid": "on"})
+    assert response.status_code == 302, response.context["form"].errors
+    made = Sweep.objects.latest("created_at")
+    assert made.scenarios.count() == 2 and len(made.left_out) == 2
+
+
+def test_a_node_types_gpu_types_are_catalog_names_and_follow_a_renamed_gpu(seeded):
+    from django.apps import apps
+    from django.core.exceptions import ValidationError
+
+    from webui.models import NodeType
+
+    node = NodeType.objects.get(name="DGX H100")
+    assert node.held_gpus() == ["H100 SXM5 80GB", "H100 SXM5 96GB HBM2e 500W"]
+    node.gpu_types = "H100 SXM5 80GB\n  B2000 \n\nH100 SXM5 80GB"
+    with pytest.raises(ValidationError) as caught:
+        node.full_clean()
+    assert caught.value.message_dict["gpu_types"] == [
+        "'B2000' is not a GPU type of the catalog (one name a line, as the GPU types list writes it)",
+        "names 'H100 SXM5 80GB' twice"]
+    gpu = GPUType.objects.get(name="B200")
+    gpu.name = "B200 SXM6 180GB"
+    gpu.save()
+    assert NodeType.objects.get(name="DGX B200").held_gpus() == ["B200 SXM6 180GB"]
+    # A database seeded before the column existed gets the shipped rows' GPU types (a migration), once.
+    import importlib
+    fill = importlib.import_module("webui.migrations.0018_shipped_node_gpu_types").fill
+    NodeType.objects.filter(name__in=["DGX A100", "HGX H200"]).update(gpu_types="")
+    NodeType.objects.filter(name="HGX H200").update(gpu_types="H100 SXM5 80GB")  # set by someone: kept
+    fill(apps, None)
+    assert NodeType.objects.get(name="DGX A100").held_gpus() == ["A100 SXM4 40GB", "A100 SXM4 80GB"]
+    assert NodeType.objects.get(name="HGX H200").held_gpus() == ["H100 SXM5 80GB"]
+
+
 def test_a_finished_sweep_reports_time_cost_goal_and_the_cheapest_scenario(client, seeded):
     GPUType.objects.filter(name="H100 SXM5 80GB").update(price_per_gpu_hour_usd=2.0)
     goal = {"tokens": 1e12, "deadline_days": 60}
