@@ -2,6 +2,7 @@
 webui/compare.py."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from django.conf import settings
@@ -60,7 +61,10 @@ def sweep_detail(request: HttpRequest, code: str) -> HttpResponse:
     sweep = get_object_or_404(Sweep, code=code)
     data = sweeps.sweep_as_dict(sweep=sweep)
     figures = sweep_charts.sweep_figures(data["scenarios"], data["axes"], sweep.goal)
-    return render(request, "webui/sweep_detail.html", {"sweep": sweep, "data": data, "figures": figures})
+    # Each reason a combination was left out for, with how many: the list itself may run to hundreds of rows.
+    reasons = Counter(reason for c in data["left_out"] for reason in c["reasons"]).most_common()
+    return render(request, "webui/sweep_detail.html", {"sweep": sweep, "data": data, "figures": figures,
+                                                      "left_out_reasons": reasons})
 
 
 @require_safe

@@ -151,6 +151,9 @@ def test_combinations_that_cannot_run_or_be_bought_are_left_out_where_asked_and_
     page = client.get(sweep.get_absolute_url()).content.decode()
     section = page[page.index('id="sweep-left-out"'):]
     assert "Left out: 13 combinations that cannot run" in section
+    # Each reason once with its count, above the whole list (which may run to hundreds of rows)
+    assert "<li>cluster.node: DGX A100 is built with A100 SXM4 40GB or A100 SXM4 80GB, not B200 (the node type&#x27;s " \
+           "GPU types in the catalog): 2 combinations</li>" in section
     assert "DGX H100 is built with H100 SXM5 80GB or H100 SXM5 96GB HBM2e 500W, not B200" in html.unescape(section)
     assert post(client, {**body, "leave_out_invalid": "yes"}).json()["errors"]["leave_out_invalid"] == [
         "must be true or false, not 'yes'"]
