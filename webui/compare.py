@@ -16,7 +16,7 @@ from planner.units import durations
 from .charts import (MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, fabric_label, legend_below, memory_breakdown,
                      plotly_text, step_time_breakdown)
 from .forms import field_label
-from .models import Plan
+from .models import Plan, SweepScenario
 from .templatetags.planner_format import count, percent
 
 MIN_PLANS, MAX_PLANS = 2, 4
@@ -63,10 +63,16 @@ def compare_plans(*, codes: list[uuid.UUID]) -> list[Plan]:
 def compare_sections(*, plans: list[Plan]) -> list[dict[str, Any]]:
     """[{"title", "rows": [{"label", "cells", "differs"}]}] for the compare page, in reading order."""
     bests = [_best(plan) or _unplaced(plan) for plan in plans]
+    # A plan of a priced sweep costs its GPU-hours at the price its sweep was made with (as the sweep's table);
+    # a plan asked for alone has no price, the catalog's having been set or changed after it.
+    prices = dict(SweepScenario.objects.filter(plan__in=plans).values_list("plan_id", "price_per_gpu_hour_usd"))
+    bests = [dict(b, cost_usd=_cost(b.get("gpu_hours"), prices.get(plan.pk))) for plan, b in zip(plans, bests)]
+    priced = any(b["cost_usd"] is not None for b in bests)
     sections = [
         ("Request", _request_rows(plans)),
         ("Best layout", [(key, lambda b, k=key: (b.get("layout") or {}).get(k)) for key in LAYOUT_KEYS]),
-        ("Throughput and time to train", _throughput_rows()),
+        ("Throughput and time to train", _throughput_rows()
+         + ([("cost (USD, at its sweep's price per GPU-hour)", lambda b: b["cost_usd"])] if priced else [])),
         ("Step time breakdown (exposed s per step)",
          [(TIME_LABELS.get(p, p), lambda b, p=p: (b.get("time_s") or {}).get(p)) for p in _time_parts(bests)]),
         ("Communication by fabric (total s per step, overlapped included)",
@@ -78,6 +84,12 @@ def compare_sections(*, plans: list[Plan]) -> list[dict[str, Any]]:
     ]
     return [{"title": title, "rows": _table(rows, plans if title == "Request" else bests)}
             for title, rows in sections]
+
+
+def _cost(gpu_hours: Any, price: Any) -> float | None:
+    """USD: GPU-hours x USD per GPU-hour (planner.whatif.goal.outcome's product), or None without either."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (gpu_hours, price))
+    return gpu_hours * price if numbers else None
 
 
 def _table(rows: list[tuple[Any, ...]], source: list[Any]) -> list[dict[str, Any]]:

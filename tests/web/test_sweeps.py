@@ -422,6 +422,17 @@ def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded
     # A plan's link works as well as its code, and repeated ?plans= too (the plan page's form sends that).
     assert client.get(f"/compare/?plans=http://x/plans/{a.code}/&plans={b.code}").status_code == 200
     assert 'id="compare-with"' in client.get(f"/plans/{a.code}/").content.decode()
+    # Unpriced plans have no cost row; plans of a priced sweep cost what its table says.
+    assert "cost (USD, at its sweep's price per GPU-hour)" not in sections["Throughput and time to train"]
+    GPUType.objects.filter(name="H100 SXM5 80GB").update(price_per_gpu_hour_usd=2.5)
+    c, d = finished_plans(client, 2, base={**BASE, "training": {**BASE["training"], "tokens": 1e12}})
+    response = client.get(f"/compare/?plans={c.code},{d.code},{a.code}")
+    row = next(r for s in response.context["sections"] for r in s["rows"]
+               if r["label"] == "cost (USD, at its sweep's price per GPU-hour)")
+    table = {r["plan"]: r for r in sweeps.sweep_rows(sweep=SweepScenario.objects.get(plan=c).sweep)}
+    assert row["cells"][:2] == [f"{table[str(p.code)]['cost']:,.0f}" if table[str(p.code)]['cost'] >= 1000
+                                else f"{table[str(p.code)]['cost']:.3g}" for p in (c, d)]
+    assert row["cells"][2] == "–"  # made before the price was set: none
 
 
 def test_compare_charts_tell_plans_with_one_title_apart_by_what_differs(client, seeded):
