@@ -90,12 +90,23 @@ def cost_vs_time(rows: list[dict[str, Any]], goal: dict[str, Any] | None) -> Fig
     layout = _layout(f"{'Cost' if money == 'cost' else 'GPU-hours'} against time to train{why}",
                      height=460, xaxis={"title": {"text": "days"}, "rangemode": "tozero"},
                      yaxis={"title": {"text": title}, "rangemode": "tozero"})
+    layout["shapes"], layout["annotations"] = [], []
     if goal and goal.get("deadline_days"):
         days = goal["deadline_days"]
-        layout["shapes"] = [{"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": days, "x1": days,
-                             "line": {"color": "#c0392b", "dash": "dash"}}]
-        layout["annotations"] = [{"yref": "paper", "y": 1, "x": days, "xref": "x", "showarrow": False,
-                                  "text": f"deadline {days:g} days", "font": {"color": "#c0392b"}}]
+        layout["shapes"].append({"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": days, "x1": days,
+                                 "line": {"color": "#c0392b", "dash": "dash"}})
+        layout["annotations"].append({"yref": "paper", "y": 1, "x": days, "xref": "x", "showarrow": False,
+                                      "text": f"deadline {days:g} days", "font": {"color": "#c0392b"}})
+    if goal and goal.get("budget") and money == "cost":  # a budget is dollars: no line on a GPU-hours axis
+        budget = goal["budget"]
+        layout["shapes"].append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": budget, "y1": budget,
+                                 "line": {"color": "#c0392b", "dash": "dot"}})
+        layout["annotations"].append({"xref": "paper", "x": 1, "xanchor": "right", "yanchor": "bottom",
+                                      "y": budget, "yref": "y", "showarrow": False,
+                                      "text": f"budget {budget:,.0f} USD", "font": {"color": "#c0392b"}})
+        top = max(y for _, y in points)
+        if budget > top:  # above every scenario: the axis reaches it, or the line is off the chart
+            layout["yaxis"]["range"] = [0, budget * 1.08]
     return {"data": data, "layout": layout}
 
 

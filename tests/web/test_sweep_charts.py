@@ -55,6 +55,16 @@ def test_gpu_hours_against_time_joins_the_pareto_front_and_marks_the_deadline():
     assert "Cost" in no_goal["layout"]["title"]["text"]
     assert [t["name"] for t in no_goal["data"]] == ["Pareto front", "scenarios"]
     assert no_goal["data"][0]["mode"] == "lines"
+    # A budget is a dotted line across, reached by the axis where it lies above every scenario's cost; on a
+    # GPU-hours axis (some unpriced) there is none, a budget being dollars.
+    top = max(r["cost"] for r in priced)
+    for budget, axis_top in ((top / 2, None), (top * 3, top * 3 * 1.08)):
+        fig = cost_vs_time(priced, {"tokens": 1e12, "deadline_days": 30, "budget": budget})
+        (line,) = [shape for shape in fig["layout"]["shapes"] if shape.get("xref") == "paper"]
+        assert (line["y0"], line["y1"]) == (budget, budget)
+        assert fig["layout"]["annotations"][1]["text"] == f"budget {budget:,.0f} USD"
+        assert fig["layout"]["yaxis"].get("range", [0, None])[1] == axis_top
+    assert len(cost_vs_time(ROWS, {"tokens": 1e12, "deadline_days": 30, "budget": 5})["layout"]["shapes"]) == 1
     # A front of one scenario (fastest and cheapest) is a ring around it: a line of one point drew nothing.
     one = cost_vs_time([dict(ROWS[0], time_to_train_days=5.0, gpu_hours=1.0), *ROWS[1:]], None)["data"][0]
     assert (one["mode"], one["x"], one["marker"]["symbol"]) == ("markers", [5.0], "circle-open")
