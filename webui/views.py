@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import uuid
 from typing import Any
 
@@ -13,7 +14,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from planner import SpecError, jsonio, stacks
-from planner.spec import TOP, parse_top
+from planner.spec import TOP, as_number, parse_top
 
 from . import charts, services, validation_charts
 from .forms import PlanForm, initial_for
@@ -217,8 +218,16 @@ def _top(request: HttpRequest) -> int:
 
 def _rank(request: HttpRequest) -> int:
     """?rank=N, which ranked layout's launch configurations to show, read as the CLI reads --rank (the bounds of
-    `top`; given twice, refused: the last one had been taken without a word); 1 when absent."""
-    return _ranked("rank", request) or 1
+    `top`; given twice, refused: the last one had been taken without a word); 1 when absent. A whole number past
+    those bounds is passed on, for the plan to say how many layouts it holds ("must be at most 50" read as if
+    the plan had 50)."""
+    try:
+        return _ranked("rank", request) or 1
+    except SpecError:
+        number = as_number(request.GET.get("rank"))
+        if number is not None and math.isfinite(number) and number == int(number) and number > TOP.hi:
+            return int(number)
+        raise
 
 
 def _ranked(name: str, request: HttpRequest) -> int | None:

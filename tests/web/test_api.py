@@ -289,7 +289,10 @@ def test_a_done_plan_answers_with_the_launch_configs_of_its_best_layout(client, 
 # ?rank=1&rank=2 quietly meant 2.
 @pytest.mark.parametrize("rank,message", [("0", "must be at least 1 (got 0)"), ("4", "must be between 1 and 3"),
                                           ("two", "must be a number, not 'two'"), ("-1", "must be at least 1"),
-                                          ("%C2%B2", "must be a number, not '²'"), ("51", "must be at most 50"),
+                                          ("%C2%B2", "must be a number, not '²'"),
+                                          # past top's bounds: said against the plan's own layouts, not 50
+                                          ("99", "must be between 1 and 3 (the ranked layouts kept), not 99"),
+                                          ("1e400", "must be at most 50"),
                                           ("2.5", "must be a whole number (got 2.5)"),
                                           ("1&rank=2", "is given more than once")])
 def test_a_bad_launch_rank_is_a_400_naming_rank(client, seeded, small_spec, rank, message):
