@@ -130,6 +130,11 @@ def test_a_new_user_plans_a_job_and_shares_the_link(web, worker, seeded, browser
     other.hover("#chart-placement")
     titles = other.eval_on_selector_all("#chart-placement .modebar-btn", "bs => bs.map(b => b.dataset.title)")
     assert "Download plot as a PNG" in titles and not [t for t in titles if "Share" in t or "Cloud" in t], titles
+    # Nor box or lasso select, which no chart acts on: each was one more Tab stop on every scatter (the memory
+    # chart's capacity markers make it one).
+    other.hover("#chart-memory")
+    titles = other.eval_on_selector_all("#chart-memory .modebar-btn", "bs => bs.map(b => b.dataset.title)")
+    assert "Download plot as a PNG" in titles and not [t for t in titles if "Select" in t], titles
 
 
 def test_bad_input_in_the_browser_is_shown_next_to_the_field(web, seeded, browser):

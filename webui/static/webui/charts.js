@@ -198,7 +198,10 @@
 
   // plotly.js 4 offers "Share chart..." by default (showSendToCloud), which uploads the figure's data to Plotly
   // Cloud (plotlyServerURL): plans stay on this server, so the button is off and the address is empty.
-  var CONFIG = {responsive: true, displaylogo: false, showSendToCloud: false, showLink: false, plotlyServerURL: ""};
+  // Box and lasso select do nothing on these charts (no chart acts on a selection), and each of Plotly's toolbar
+  // buttons is a Tab stop: a keyboard had two more to pass on every scatter.
+  var CONFIG = {responsive: true, displaylogo: false, showSendToCloud: false, showLink: false, plotlyServerURL: "",
+                modeBarButtonsToRemove: ["select2d", "lasso2d"]};
   // Plotly's responsive resize fits a figure to its div, height too: the div holds the fitted height, or a
   // change of the window's height alone (a phone's address bar) shrank every chart to the CSS minimum.
   function draw(div, shown, again) {
