@@ -57,6 +57,7 @@ def plan(spec: PlanSpec, top: int = TOP.default) -> dict[str, Any]:
     # ... and on the published runs of the training stack the request names, if any.
     if (stack := accuracy.for_stack(spec.training.framework)) is not None:
         answer["stack_accuracy"] = stack
+        answer["accuracy"] = accuracy.with_stack(answer["accuracy"], stack)
     return answer
 
 

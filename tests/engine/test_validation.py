@@ -196,7 +196,7 @@ def test_a_plan_quotes_the_error_on_runs_of_its_gpu_generation_and_precision(sma
     a100 = small["by_generation_precision"]["A100 fp16"]
     found = accuracy.for_gpu("A100 SXM4 80GB", "fp16", small)
     assert found["runs"] == 2 and found["median_abs_err"] == a100["median_abs_err"]
-    assert found["statement"].startswith(f"±{a100['median_abs_err']:.0%}: median over 2 published A100 FP16 runs")
+    assert found["statement"].startswith(f"±{a100['median_abs_err']:.1%}: median over 2 published A100 FP16 runs")
     assert found["measured_with"]["stale"] is False
     none = accuracy.for_gpu("B200", "fp8", small)
     assert none["runs"] == 0 and none["statement"].startswith("No comparable published runs")
@@ -232,7 +232,7 @@ def test_one_run_is_said_as_one_run(small):
     one = dict(small, by_generation_precision={
         "GB200 bf16": {"modelled": 1, "measured": 2, "median_abs_err": 0.031, "max_abs_err": 0.031}})
     assert accuracy.for_gpu("GB200", "bf16", one)["statement"] == \
-        "±3%: median over 1 published GB200 BF16 run (worst 3%); 1 more such run could not be modelled."
+        "±3.1%: median over 1 published GB200 BF16 run (worst 3%); 1 more such run could not be modelled."
 
 
 def test_a_lean_one_way_is_said():
@@ -243,7 +243,7 @@ def test_a_lean_one_way_is_said():
         snapshot = {"engine": {"fingerprint": accuracy.fingerprint()}, "by_generation_precision": {"H100 bf16": cohort}}
         return accuracy.for_gpu("H100 SXM5 80GB", "bf16", snapshot)["statement"]
 
-    assert stated(-0.062, 82) == ("±6%: median over 95 published H100 BF16 runs (worst 25%); predicted 6% too fast "
+    assert stated(-0.062, 82) == ("±6.2%: median over 95 published H100 BF16 runs (worst 25%); predicted 6% too fast "
                                   "on the median (82 of 95 runs too fast).")
     assert stated(0.031, 20).endswith("; predicted 3% too slow on the median (75 of 95 runs too slow).")
     assert stated(0.004, 47).endswith("(worst 25%).")

@@ -110,7 +110,7 @@ def test_a_plan_page_states_the_error_on_comparable_published_runs(client, small
     assert 'id="by-cohort"' in client.get("/validation/").content.decode()
     assert stated["statement"].replace("'", "&#x27;") in page
     assert f"median over {cohort['modelled']} published H100 BF16 runs" in page
-    assert f"±{round(cohort['median_abs_err'] * 100)}% on {cohort['modelled']} published runs</small>" in page
+    assert f"±{cohort['median_abs_err'] * 100:.1f}% on {cohort['modelled']} published runs</small>" in page
     body = client.get(f"/api/plans/{plan.code}").json()
     assert body["result"]["accuracy"]["statement"] == stated["statement"]
 
