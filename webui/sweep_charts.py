@@ -64,6 +64,7 @@ def cost_vs_time(rows: list[dict[str, Any]], goal: dict[str, Any] | None) -> Fig
         return None
     money = "cost" if all(r.get("cost") is not None for r in done) else "gpu_hours"
     title = "US dollars" if money == "cost" else "GPU-hours"
+    unit = "USD" if money == "cost" else "GPU-hours"
     points = [(r["time_to_train_days"], r[money]) for r in done]
     front = [done[i] for i in pareto_front(points)]
     # The front first, as a line only, so that the scenarios' own markers (green where they meet the goal) lie
@@ -83,7 +84,8 @@ def cost_vs_time(rows: list[dict[str, Any]], goal: dict[str, Any] | None) -> Fig
                          "x": [r["time_to_train_days"] for r in items], "y": [r[money] for r in items],
                          "text": [", ".join(_labelled(r, a) for a in r["labels"]) for r in items],
                          "marker": {"color": colour, "size": 9},
-                         "hovertemplate": "%{text}<br>%{x:.3g} days, %{y:.4g}<extra></extra>"})
+                         # whole dollars or GPU-hours with their unit, as the table writes them ("4.333e+6" was)
+                         "hovertemplate": "%{text}<br>%{x:.3g} days, %{y:,.0f} " + unit + "<extra></extra>"})
     unpriced = sum(r.get("cost") is None for r in done)
     # Mixed: the chart cannot rank by cost, though the best (among priced scenarios) may be chosen by it.
     why = f" ({unpriced:,} of {len(done):,} scenarios have no GPU price)" if 0 < unpriced < len(done) else ""

@@ -95,7 +95,7 @@ def verdict(goal: Goal | None, row: Mapping[str, Any]) -> tuple[bool | None, str
     if miss is None:
         return True, None
     if miss == "deadline":
-        days, deadline = _fmt_days(row["time_to_train_days"]), _fmt_days(goal.deadline_days)
+        days, deadline = _days_apart(row["time_to_train_days"], goal.deadline_days)
         return False, f"{days} days, past the {deadline}-day deadline"
     if miss == "price":
         gpu = row.get("gpu") or "its GPU"
@@ -146,6 +146,17 @@ def miss_advice(goal: Goal, rows: Sequence[Mapping[str, Any]]) -> str:
 
 def _fmt_days(days: float) -> str:
     return f"{days:.3g}" if days < 1000 else f"{days:,.0f}"
+
+
+def _days_apart(days: float, deadline: float) -> tuple[str, str]:
+    """A time to train and the deadline it misses, with as many decimals as tell them apart: 130.001 days past a
+    130-day deadline read "130 days, past the 130-day deadline"."""
+    shown, limit = _fmt_days(days), _fmt_days(deadline)
+    places = 1
+    while float(shown.replace(",", "")) <= deadline and places <= 6:  # reads as on or within the deadline
+        shown = f"{days:,.{places}f}"
+        places += 1
+    return shown, limit
 
 
 def best(rows: Sequence[Mapping[str, Any]]) -> int | None:

@@ -86,6 +86,12 @@ def test_each_miss_says_why_and_the_advice_follows_the_causes():
     unpriced = {"time_to_train_days": 4.6, "cost": None, "gpu": "H100 SXM5 80GB (modified)"}
     none_fits = {"time_to_train_days": None, "cost": None, "gpu": "B200"}
     assert verdict(goal, late) == (False, "41 days, past the 30-day deadline")
+    # Just past: as many decimals as tell the two apart ("130 days, past the 130-day deadline" said nothing)
+    close = Goal(tokens=1e12, deadline_days=130)
+    assert verdict(close, {"time_to_train_days": 130.001, "cost": None}) == (
+        False, "130.001 days, past the 130-day deadline")
+    assert verdict(Goal(tokens=1e12, deadline_days=1200), {"time_to_train_days": 1200.4, "cost": None}) == (
+        False, "1,200.4 days, past the 1,200-day deadline")
     assert verdict(goal, dear) == (False, "costs 7,612,000 USD, over the 1,000,000 USD budget")
     assert verdict(goal, unpriced) == (False, "no price for H100 SXM5 80GB (modified) (a modified GPU has no price "
                                               "of its own), so no cost to hold to the budget")
