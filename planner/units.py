@@ -27,9 +27,11 @@ def duration(seconds: Any, digits: int = 3, zeros: bool = False) -> str:
 
 
 def durations(values: list[Any], digits: int = 3, zeros: bool = False) -> list[str]:
-    """Durations to be read side by side, all in the unit the shortest takes: "139.2 s" beside "93.93 s", where each
-    in its own unit read "2.320 min" beside "93.93 s". Each in its own unit where the longest would need five digits
-    or more in that one ("21,600,000 ms" says less than "6 h"). "–" for a value that is not a number."""
+    """Durations to be read side by side, all in one unit: the shortest's, or the next larger where the longest
+    would need four digits or more in it ("139.2 s" beside "93.93 s", where each in its own unit read "2.320 min"
+    beside "93.93 s"; "0.9840 s" above "1.017 s", not "984.0 ms"). Each in its own unit where no unit holds them
+    all under a thousand, down to a tenth ("4.382 s" beside "1.200 ms"). "–" for a value that is not a
+    number."""
     def seconds(value: Any) -> float | None:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         return float(value) if ok else None
@@ -38,9 +40,11 @@ def durations(values: list[Any], digits: int = 3, zeros: bool = False) -> list[s
     known = [s for s in found if s is not None]
     if not known:
         return ["–" for _ in values]
-    unit = duration(min(known), digits, zeros).rsplit(" ", 1)[1]
-    scale = next(s for _, u, s in DURATION_UNITS if u == unit)
-    together = max(known) / scale < 1e4
+    first = duration(min(known), digits, zeros).rsplit(" ", 1)[1]
+    scales = [(u, s) for _, u, s in DURATION_UNITS]
+    start = next(i for i, (u, _) in enumerate(scales) if u == first)
+    unit, scale = next(((u, s) for u, s in scales[start:] if max(known) / s < 1e3), scales[-1])
+    together = max(known) / scale < 1e3 and min(known) / scale >= 0.1
 
     def shown(s: float) -> str:
         if not together:
@@ -54,7 +58,12 @@ def significant(value: float, digits: int = 4) -> str:
     9.944, 10.10, 0.1234, 12,345 (a step time in the command line's table, as the pages write it)."""
     if abs(value) >= 10 ** digits:
         return f"{value:,.0f}"
+    rounded = float(format(value, f".{digits}g"))
+    if abs(rounded) >= 1000:  # with its thousands separated, as every other count on the pages ("4382" was not)
+        return f"{rounded:,.{max(0, digits - len(str(int(abs(rounded)))))}f}"
     text = format(value, f"#.{digits}g")
+    if "e" in text and 0 < abs(value) < 1:  # 0.00003370, as the charts' hover writes it, not 3.37e-05
+        return f"{value:.{digits - 1 - math.floor(math.log10(abs(rounded)))}f}"
     return format(value, f".{digits}g") if "e" in text else text.rstrip(".")
 
 

@@ -6,12 +6,13 @@ capacity, which its spec gives).
 """
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from typing import Any, Callable
 
 from planner.spec import SECTIONS
-from planner.units import durations
+from planner.units import durations, significant
 
 from .charts import (MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, fabric_label, legend_below, memory_breakdown,
                      plotly_text, step_time_breakdown)
@@ -73,14 +74,17 @@ def compare_sections(*, plans: list[Plan]) -> list[dict[str, Any]]:
         ("Best layout", [(key, lambda b, k=key: (b.get("layout") or {}).get(k)) for key in LAYOUT_KEYS]),
         ("Throughput and time to train", _throughput_rows()
          + ([("cost (USD, at its sweep's price per GPU-hour)", lambda b: b["cost_usd"])] if priced else [])),
+        # Seconds to four significant digits and GiB to a tenth, as the plan page writes them ("3.7" beside its
+        # 3.704 s, "3.37e-05", and "174" beside its 173.7 GiB)
         ("Step time breakdown (exposed s per step)",
-         [(TIME_LABELS.get(p, p), lambda b, p=p: (b.get("time_s") or {}).get(p)) for p in _time_parts(bests)]),
+         [(TIME_LABELS.get(p, p), lambda b, p=p: (b.get("time_s") or {}).get(p), _seconds)
+          for p in _time_parts(bests)]),
         ("Communication by fabric (total s per step, overlapped included)",
-         [(fabric_label(f), lambda b, f=f: _comm_by(b, "fabric").get(f)) for f in _keys(bests, "fabric")]),
+         [(fabric_label(f), lambda b, f=f: _comm_by(b, "fabric").get(f), _seconds) for f in _keys(bests, "fabric")]),
         ("Communication by collective (total s per step, overlapped included)",
-         [(c, lambda b, c=c: _comm_by(b, "collective").get(c)) for c in _keys(bests, "collective")]),
+         [(c, lambda b, c=c: _comm_by(b, "collective").get(c), _seconds) for c in _keys(bests, "collective")]),
         ("Memory per GPU (GiB)",
-         [(m, lambda b, m=m: (b.get("memory_gib") or {}).get(m)) for m in (*MEMORY_PARTS, "total", "capacity")]),
+         [(m, lambda b, m=m: (b.get("memory_gib") or {}).get(m), _gib) for m in (*MEMORY_PARTS, "total", "capacity")]),
     ]
     return [{"title": title, "rows": _table(rows, plans if title == "Request" else bests)}
             for title, rows in sections]
@@ -233,7 +237,7 @@ def _throughput_rows() -> list[tuple[Any, ...]]:
     return [("layout", lambda b: b.get("label")),
             ("step time", lambda b: b.get("step_time_s"), lambda values: durations(values, digits=4, zeros=True)),
             ("tokens/s", lambda b: b.get("tokens_per_s")), ("MFU (of the precision's peak)", mfu),
-            ("memory per GPU (GiB)", lambda b: (b.get("memory_gib") or {}).get("total")),
+            ("memory per GPU (GiB)", lambda b: (b.get("memory_gib") or {}).get("total"), _gib),
             ("time to train", lambda b: b.get("time_to_train_s"), durations),
             ("GPU-hours", lambda b: b.get("gpu_hours"))]
 
@@ -262,6 +266,18 @@ def _comm_by(best: dict[str, Any], by: str) -> dict[str, float]:
 
 def _keys(bests: list[dict[str, Any]], by: str) -> list[str]:
     return list(dict.fromkeys(k for b in bests for k in _comm_by(b, by)))
+
+
+def _seconds(values: list[Any]) -> list[str]:
+    return [significant(v, 4) if _is_number(v) else _format(v) for v in values]
+
+
+def _gib(values: list[Any]) -> list[str]:
+    return [f"{v:,.1f}" if _is_number(v) else _format(v) for v in values]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _format(value: Any) -> str:

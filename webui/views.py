@@ -45,6 +45,7 @@ def plan_detail(request: HttpRequest, code: str) -> HttpResponse:
     context: dict[str, Any] = {"plan": plan, "figures": charts.plan_figures(plan.result),
                                "options": services.plan_options(plan=plan)}
     if plan.status == Plan.Status.DONE:
+        context["ranked"] = services.plan_ranked_rows(plan=plan)
         context["accuracy"] = services.plan_accuracy(plan=plan)
         context["ties"] = services.plan_ties(plan=plan, stated=context["accuracy"])
         context["no_layout_advice"] = services.plan_no_layout_advice(result=plan.result)

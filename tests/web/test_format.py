@@ -27,6 +27,9 @@ def test_step_times_read_to_four_digits(seconds, text):
 @pytest.mark.parametrize("values,texts", [
     ([139.2, 93.93], ["139.2 s", "93.93 s"]), ([93.93, None, 139.2], ["93.93 s", "–", "139.2 s"]),
     ([0.5, 21600], ["500.0 ms", "6.000 h"]),  # 21,600,000 ms says less than 6 h: each in its own unit
+    # "984.0 ms" sat above "1.017 s" in the ranked table: the next larger unit, where the shortest's needs 4 digits
+    ([0.984, 1.017, 1.2], ["0.9840 s", "1.017 s", "1.200 s"]),
+    ([4.382, 3.565, 0.0012], ["4.382 s", "3.565 s", "1.200 ms"]),  # not "4382 ms" beside "1.200 ms"
     ([None, "x"], ["–", "–"]), ([float("nan"), 3.0], ["–", "3.000 s"])])
 def test_durations_side_by_side_read_in_one_unit(values, texts):
     from planner.units import durations
@@ -65,3 +68,11 @@ def test_a_plans_title_writes_its_gpu_count_as_the_tables_do():
     from webui.models import Plan
     spec = {"model": {"name": "Llama 3 405B"}, "cluster": {"num_gpus": 16384, "gpu": {"name": "H100 SXM5 80GB"}}}
     assert Plan(spec=spec).title == "Llama 3 405B on 16,384 × H100 SXM5 80GB"
+
+
+@pytest.mark.parametrize("value,text", [(4382.3, "4,382"), (999.96, "1,000"), (12345.6, "12,346"), (9.9996, "10.00"),
+                                        (0.0012, "0.001200"), (3.37e-05, "0.00003370"), (0.0, "0.000")])
+def test_significant_digits_keep_thousands_separated(value, text):
+    from planner.units import significant
+
+    assert significant(value, 4) == text

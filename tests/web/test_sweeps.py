@@ -18,7 +18,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from planner.units import duration, step_time
+from planner.units import duration, significant, step_time
 
 from webui import services, sweeps
 from webui.sweep_form import SweepForm
@@ -405,6 +405,12 @@ def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded
     assert sections["Throughput and time to train"]["step time"]["cells"] == [
         step_time(p.result["plans"][0]["step_time_s"]) for p in (a, b)]
     assert sections["Request"]["tokens to train"]["cells"] == ["1T", "1T"]
+    # Seconds to four significant digits and GiB to a tenth, as on the plan page ("3.7", "3.37e-05", "174" were).
+    compute = [p.result["plans"][0]["time_s"]["compute"] for p in (a, b)]
+    assert breakdown["compute"]["cells"] == [significant(c, 4) for c in compute]
+    assert all("e-" not in c for row in breakdown.values() for c in row["cells"])
+    assert sections["Memory per GPU (GiB)"]["total"]["cells"] == [
+        f"{p.result['plans'][0]['memory_gib']['total']:,.1f}" for p in (a, b)]
     # MFU reads as on the plan and sweep pages: a percentage, not a fraction.
     assert sections["Throughput and time to train"]["MFU (of the precision's peak)"]["cells"] == [
         f"{p.result['plans'][0]['mfu'] * 100:.1f}%" for p in (a, b)]
@@ -540,7 +546,7 @@ def test_compare_gives_the_capacity_of_a_plan_with_no_feasible_layout(client, se
     assert response.status_code == 200
     memory = {r["label"]: r for s in response.context["sections"] if s["title"] == "Memory per GPU (GiB)"
               for r in s["rows"]}
-    capacity = f"{a.spec['cluster']['gpu']['memory_gib']:.3g}"
+    capacity = f"{a.spec['cluster']['gpu']['memory_gib']:,.1f}"  # GiB to a tenth, as the plan page writes it
     assert memory["capacity"] == {"label": "capacity", "cells": [capacity, capacity], "differs": False}
     assert memory["total"]["cells"][1] == "–"
     # Its charts leave it out rather than draw an empty bar; its status says why it has no figures ("done" did not).

@@ -326,3 +326,17 @@ def test_the_favicon_is_no_content_not_a_404(client):
     """The admin's pages name no icon, so browsers ask for /favicon.ico; its 404 was a console error on each."""
     response = client.get("/favicon.ico")
     assert response.status_code == 204 and response["Cache-Control"] == "max-age=86400"
+
+
+def test_the_ranked_table_writes_each_column_in_one_unit(client, seeded, small_spec):
+    # "984.0 ms" sat above "1.017 s", and times to train read "3.96 days", "4 days", "4.1 days".
+    result = {"plans": [{"rank": i + 1, "label": f"L{i}", "step_time_s": step, "time_to_train_s": days * 86400}
+                        for i, (step, days) in enumerate([(0.984, 3.96), (1.017, 4.0), (1.2, 4.1)])]}
+    rows = services.plan_ranked_rows(plan=Plan(result=result, status=Plan.Status.DONE))
+    assert [(r["step_time"], r["time_to_train"]) for r in rows] == [
+        ("0.9840 s", "3.96 days"), ("1.017 s", "4.00 days"), ("1.200 s", "4.10 days")]
+    plan = services.plan_run(plan_id=make_plan(small_spec, top=3).pk)
+    page = client.get(plan.get_absolute_url()).content.decode()
+    table = page[page.index('id="ranked"'):page.index("</table>", page.index('id="ranked"'))]
+    for row in services.plan_ranked_rows(plan=plan):
+        assert f"<td>{row['step_time']}</td>" in table and f"<td>{row['time_to_train']}</td>" in table
