@@ -28,6 +28,7 @@ visibility timeout. Leases compare machine clocks, which must agree to well with
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -79,15 +80,27 @@ def plan_dispatch(*, plan: Plan) -> bool:
     return plan_send(plan=plan)
 
 
+class _Broker:
+    """Whether this process's last send failed lately: then, until `down_until` (time.monotonic()), sends are not
+    tried (settings.BROKER_BACKOFF_S). One slow failure per process and backoff, not one per plan."""
+    down_until = 0.0
+
+
 def plan_send(*, plan: Plan) -> bool:
     """Hand the task of a plan already stamped `dispatched_at` to the broker, with the plan's time limits.
-    A broker that refuses it (down, unreachable) is logged and the stamp cleared: the plan is in the outbox,
-    and its page says it is waiting. No exception escapes: the plan is saved either way."""
+    A broker that refuses it (down, unreachable, not answering) is logged and the stamp cleared: the plan is in
+    the outbox, and its page says it is waiting; for BROKER_BACKOFF_S after that, this process's sends go to the
+    outbox without trying. No exception escapes: the plan is saved either way."""
+    if time.monotonic() < _Broker.down_until:
+        Plan.objects.filter(pk=plan.pk, dispatched_at=plan.dispatched_at).update(dispatched_at=None)
+        return False
     try:
         app.send_task(PLAN_RUN_TASK, args=(plan.pk,), soft_time_limit=plan.time_limit_s,
                       time_limit=plan_hard_limit(plan=plan), queue=plan_queue(plan=plan))
     except Exception as err:  # kombu's OperationalError, a socket error, a timeout: the broker is not there
-        logger.warning("plan %s: the broker refused the task (%s); it stays in the outbox", plan.pk, err)
+        _Broker.down_until = time.monotonic() + settings.BROKER_BACKOFF_S
+        logger.warning("plan %s: the broker refused the task (%s); it stays in the outbox, and this process sends "
+                       "none for %g s", plan.pk, err, settings.BROKER_BACKOFF_S)
         Plan.objects.filter(pk=plan.pk, dispatched_at=plan.dispatched_at).update(dispatched_at=None)
         return False
     return True

@@ -40,7 +40,7 @@ _PLAN_KEYS = {
     "spec_tokens": "plan__spec__training__tokens", "global_batch": "plan__spec__training__global_batch",
     "seq_len": "plan__spec__model__seq_len", "layout": "plan__result__plans__0__label",
     "step_time_s": "plan__result__plans__0__step_time_s", "tokens_per_s": "plan__result__plans__0__tokens_per_s",
-    "mfu": "plan__result__plans__0__mfu",
+    "mfu": "plan__result__plans__0__mfu", "dispatched_at": "plan__dispatched_at",
 }
 # The row key holding the name the engine gave each catalog path's section (an axis value's label).
 NAME_KEYS = {"cluster.gpu": "gpu", "cluster.node": "node", "cluster.fabric": "fabric", "model": "model"}
@@ -237,6 +237,9 @@ def sweep_rows(*, sweep: Sweep) -> list[dict[str, Any]]:
     for found in sweep.scenarios.values("values", "price_per_gpu_hour_usd", *_PLAN_KEYS.values()):
         plan = {key: found[path] for key, path in _PLAN_KEYS.items()}
         spec_tokens, batch, seq_len = plan.pop("spec_tokens"), plan.pop("global_batch"), plan.pop("seq_len")
+        # Saved but not handed to the broker (it was down): as the plan's own page says (Plan.is_waiting_for_broker)
+        sent_at = plan.pop("dispatched_at")
+        plan["waiting_for_broker"] = plan["status"] == Plan.Status.QUEUED and sent_at is None
         values = {axis: found["values"].get(axis) for axis in sweep.axes}  # in axis order (jsonb sorts keys)
         per_step = batch * seq_len if isinstance(batch, (int, float)) and isinstance(seq_len, (int, float)) else None
         row = {"values": values, "plan": str(plan.pop("code")), **plan,
@@ -262,6 +265,7 @@ def sweep_as_dict(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None) -> 
     goal = parse_goal(sweep.goal)
     return {"code": str(sweep.code), "url": sweep.get_absolute_url(), "status": sweep_status(rows),
             "done": done, "total": len(rows), "goal": sweep.goal, "axes": sweep.axes,
+            "waiting_for_broker": sum(row["waiting_for_broker"] for row in rows),
             "created_at": sweep.created_at.isoformat(), "scenarios": rows,
             "left_out": [{**c, "labels": {axis: value_label(axis, c["values"].get(axis)) for axis in sweep.axes}}
                          for c in sweep.left_out],

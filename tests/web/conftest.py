@@ -53,10 +53,11 @@ SETTINGS_ENV = ("DATABASE_URL", "CELERY_BROKER_URL", "DEBUG", "HTTPS", "SECRET_K
                 "CSRF_TRUSTED_ORIGINS", "SECURE_SSL_REDIRECT")
 
 
-def fresh_python(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+def fresh_python(args: list[str], env: dict[str, str], timeout: float | None = None) -> subprocess.CompletedProcess:
     """Run Python in the repository root with `env` over a clean environment (settings are read at import)."""
     clean = {k: v for k, v in os.environ.items() if k not in SETTINGS_ENV}
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def settings_in(env: dict[str, str], expression: str) -> str:
@@ -72,6 +73,17 @@ def require(available: bool, reason: str) -> None:
         if os.environ.get("CI"):
             pytest.fail(f"{reason} (CI must run this test)")
         pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def broker_backoff_reset() -> Iterator[None]:
+    """Each test starts with this process's broker taken as up: a test whose broker refused a send would
+    otherwise send nothing in the tests after it for BROKER_BACKOFF_S (webui/delivery.py)."""
+    from webui import delivery
+
+    delivery._Broker.down_until = 0.0
+    yield
+    delivery._Broker.down_until = 0.0
 
 
 @pytest.fixture(scope="session", autouse=True)

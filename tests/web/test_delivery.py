@@ -409,12 +409,31 @@ def test_the_outbox_sends_plans_the_broker_refused_once_it_is_back(seeded, small
     assert plan.status == "queued" and plan.is_waiting_for_broker  # saved, not lost, and says so
     assert delivery.plans_recover() == {"requeued": 0, "failed": 0, "sent": 0, "unsent": 1}
     monkeypatch.undo()
+    assert delivery.plans_recover()["sent"] == 0  # within BROKER_BACKOFF_S of the refusal: not even tried
+    monkeypatch.setattr(delivery._Broker, "down_until", 0.0)  # ... which has passed
     calls: list[int] = []
     monkeypatch.setattr(delivery.app, "send_task", lambda name, args, **options: calls.append(args[0]))
     assert delivery.plans_recover()["sent"] == 1 and calls == [plan.pk]
     assert delivery.plans_recover()["sent"] == 0  # sent once, not on every sweep
     plan.refresh_from_db()
     assert not plan.is_waiting_for_broker
+
+
+def test_after_a_refused_send_the_rest_go_to_the_outbox_without_trying(seeded, small_spec, monkeypatch,
+                                                                          django_capture_on_commit_callbacks):
+    # A 256-scenario sweep posted while the broker was down waited on the publish retries of each, past gunicorn's
+    # timeout: an HTML 500 after 30 s, the sweep saved all the same, and its code never given.
+    tries: list[int] = []
+
+    def refuse(name, args, **options):
+        tries.append(args[0])
+        raise ConnectionRefusedError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    monkeypatch.setattr(delivery.app, "send_task", refuse)
+    with django_capture_on_commit_callbacks(execute=True):
+        plans = [services.plan_create(spec=services.spec_parse(data={**small_spec, "training": {
+            **small_spec["training"], "global_batch": batch}})) for batch in (8, 16, 32, 64)]
+    assert len(tries) == 1  # one refusal, then the backoff
+    assert all(Plan.objects.get(pk=p.pk).is_waiting_for_broker for p in plans)  # each in the outbox, and says so
 
 
 def test_a_plan_sent_long_ago_and_never_started_is_sent_again(queued, sent, settings, monkeypatch):
@@ -551,3 +570,47 @@ def test_delivery_imports_neither_the_tasks_nor_the_services():
     from webui.tasks import plan_run_task
 
     assert plan_run_task.name == delivery.PLAN_RUN_TASK
+
+
+def test_a_redis_that_takes_the_connection_and_never_answers_fails_a_send_within_seconds(tmp_path):
+    # Redis stalled, or a half-open connection after a partition: the send waited on the socket until gunicorn
+    # killed the request (30 s, an HTML 500, the plan saved all the same).
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept_and_say_nothing() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+    thread = threading.Thread(target=accept_and_say_nothing, daemon=True)
+    thread.start()
+    code = ("import time, django; django.setup()\n"
+            "from webui.celery import app\n"
+            "t = time.monotonic()\n"
+            "try:\n"
+            "    app.send_task('webui.plan_run', args=(1,))\n"
+            "    print('sent')\n"
+            "except Exception as err:\n"
+            "    print(type(err).__name__, round(time.monotonic() - t, 1))\n")
+    try:
+        out = fresh_python(["-c", code], {"DJANGO_SETTINGS_MODULE": "webui.settings", "VAR_DIR": str(tmp_path),
+                                          "CELERY_BROKER_URL": f"redis://127.0.0.1:{listener.getsockname()[1]}/0"},
+                           timeout=60)  # without the socket timeout it waits for good: fail, do not hang
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+    assert out.returncode == 0, out.stderr
+    name, seconds = out.stdout.split()
+    # the socket timeout (2 s) on each of the publish's two tries, not a wait without end
+    assert name != "sent" and float(seconds) < 10, out.stdout

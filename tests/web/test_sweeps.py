@@ -120,6 +120,27 @@ def test_a_bad_base_goal_or_body_is_a_400_naming_the_field(client, seeded, body,
     assert any(message in m for m in errors[field]), errors
 
 
+def test_a_sweep_posted_while_the_broker_is_down_says_its_scenarios_wait_for_it(client, seeded, monkeypatch,
+                                                                                 django_capture_on_commit_callbacks):
+    # The plan page said "Saved, waiting for the task queue"; the sweep's said "the rest are with the workers".
+    from webui import delivery
+
+    def refuse(*args, **kwargs):
+        raise ConnectionRefusedError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    monkeypatch.setattr(delivery.app, "send_task", refuse)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post(client, {"base": BASE, "vary": {"cluster.num_gpus": [64, 128, 256]}})
+    assert response.status_code == 201
+    shown = client.get(f"/api/sweeps/{response.json()['code']}").json()
+    assert shown["waiting_for_broker"] == 3 and all(r["waiting_for_broker"] for r in shown["scenarios"])
+    page = client.get(response.json()["url"]).content.decode()
+    assert '<p id="sweep-broker"><span id="sweep-broker-count">3</span> of them saved, waiting for the task queue' \
+        in page
+    Plan.objects.update(dispatched_at=timezone.now())  # the outbox sent them
+    page = client.get(response.json()["url"]).content.decode()
+    assert '<p id="sweep-broker" hidden>' in page
+
+
 def test_combinations_that_cannot_run_or_be_bought_are_left_out_where_asked_and_listed(client, seeded):
     # FP8 on an A100 and a GPU in a node type not built with it, in a sweep of GPUs, nodes and precisions: the
     # sweep had been refused whole, and the form put every GPU in every node ("B200 in a DGX H100").

@@ -88,6 +88,9 @@
         .then(function (sweep) {
           showProgress(sweep.done, sweep.total);
           showRows(sweep.scenarios);
+          var broker = document.getElementById("sweep-broker");  // scenarios the task queue did not take yet
+          broker.hidden = !sweep.waiting_for_broker;
+          document.getElementById("sweep-broker-count").textContent = sweep.waiting_for_broker.toLocaleString("en-US");
           badge.textContent = sweep.status;
           badge.className = "badge status-" + sweep.status;
           if (sweep.status === "done") { window.location.reload(); return; }
