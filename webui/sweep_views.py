@@ -17,7 +17,7 @@ from planner import SpecError, jsonio
 from . import compare, services, sweep_charts, sweeps
 from .models import Sweep
 from .sweep_form import SweepForm, sweep_initial
-from .views import _errors, _top, api_methods, json_content_problem
+from .views import _errors, _top, api_methods, body_problem
 
 
 @require_http_methods(["GET", "HEAD", "POST"])
@@ -93,8 +93,8 @@ def plans_compare(request: HttpRequest) -> HttpResponse:
 
 @api_methods("POST", query=("top",))
 def api_sweeps(request: HttpRequest) -> JsonResponse:
-    if (problem := json_content_problem(request)) is not None:
-        return _errors({"sweep": [problem]}, status=415)
+    if (problem := body_problem(request)) is not None:
+        return _errors({"sweep": [problem[0]]}, status=problem[1])
     try:
         data = jsonio.loads(request.body)
     except RequestDataTooBig:

@@ -117,8 +117,8 @@ def api_methods(*methods: str, query: tuple[str, ...] | None = None):
 # posting here across sites without a CORS preflight, which this app never answers (README, "Security").
 @api_methods("POST", query=("top",))
 def api_plans(request: HttpRequest) -> JsonResponse:
-    if (problem := json_content_problem(request)) is not None:
-        return _errors({"spec": [problem]}, status=415)
+    if (problem := body_problem(request)) is not None:
+        return _errors({"spec": [problem[0]]}, status=problem[1])
     try:
         data = jsonio.loads(request.body)
     except RequestDataTooBig:
@@ -196,14 +196,20 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return render(request, "webui/500.html", status=500)
 
 
-def json_content_problem(request: HttpRequest) -> str | None:
-    """Why the API does not read this body, by its Content-Type: it reads JSON, which is UTF-8 (RFC 8259, section
-    8.1). A body declared in another charset was read as UTF-8 all the same."""
+def body_problem(request: HttpRequest) -> tuple[str, int] | None:
+    """Why the API does not read this body, and the status that says it: by its Content-Type (415), it reads
+    JSON, which is UTF-8 (RFC 8259, section 8.1; a body declared in another charset was read as UTF-8 all the
+    same); sent in chunks without a length (411, RFC 9110 section 15.5.12), which Django's WSGI request reads as
+    empty: the message had said "is empty"."""
     if request.content_type != "application/json":
-        return "must be sent as Content-Type: application/json"
+        return "must be sent as Content-Type: application/json", 415
     charset = str(request.content_params.get("charset", "utf-8")).strip().strip('"').lower()
     if charset not in ("utf-8", "utf8"):
-        return f"must be sent in UTF-8, as JSON is (RFC 8259), not charset={charset[:20]}"
+        return f"must be sent in UTF-8, as JSON is (RFC 8259), not charset={charset[:20]}", 415
+    chunked = "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
+    if chunked and not request.META.get("CONTENT_LENGTH"):
+        return ("was sent in chunks (Transfer-Encoding: chunked), which this server does not read: send it with a "
+                "Content-Length (curl: --data-binary @FILE, without a Transfer-Encoding header)"), 411
     return None
 
 

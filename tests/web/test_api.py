@@ -157,6 +157,19 @@ def test_json_is_read_as_utf_8_and_a_body_declared_in_another_charset_is_refused
     assert not Plan.objects.exists()
 
 
+@pytest.mark.parametrize("path, field", [("/api/plans", "spec"), ("/api/sweeps", "sweep")])
+def test_a_body_sent_in_chunks_without_a_length_is_a_411_saying_so(client, seeded, small_spec, path, field):
+    # WSGI reads a chunked body without Content-Length as empty: the answer said "is empty (a JSON object was
+    # expected)" of a body that was there (curl -H 'Transfer-Encoding: chunked', urllib posting an iterable).
+    response = client.post(path, json.dumps(small_spec), content_type="application/json",
+                           HTTP_TRANSFER_ENCODING="chunked", CONTENT_LENGTH="")
+    assert response.status_code == 411
+    assert response.json()["errors"][field] == [
+        "was sent in chunks (Transfer-Encoding: chunked), which this server does not read: send it with a "
+        "Content-Length (curl: --data-binary @FILE, without a Transfer-Encoding header)"]
+    assert not Plan.objects.exists()
+
+
 def test_get_shows_status_then_the_answer(client, seeded, small_spec):
     code = post(client, small_spec).json()["code"]
     body = client.get(f"/api/plans/{code}").json()
