@@ -33,7 +33,8 @@ def plan_new(request: HttpRequest) -> HttpResponse:
     else:
         asked = request.GET.get("from")
         copied = Plan.objects.filter(code=asked).first() if _is_uuid(asked) else None
-        missing = asked if asked and copied is None else ""  # said on the page, not a blank form alone
+        # said on the page, not a blank form alone; printable (a NUL or a control character went into the HTML)
+        missing = "".join(c if c.isprintable() else "?" for c in asked) if asked and copied is None else ""
         form = PlanForm(catalog=catalog, initial=initial_for(catalog, copied.spec if copied else None))
     return render(request, "webui/plan_form.html",
                   {"form": form, "catalog": catalog, "copied": copied, "copy_missing": missing})

@@ -234,6 +234,11 @@ def test_a_copy_of_a_plan_that_is_not_there_says_so_above_the_default_form(clien
     assert 'id="copy-missing"' not in client.get("/").content.decode()
 
 
+def test_a_copy_link_with_a_control_character_is_said_printably(client, seeded):
+    page = client.get("/?from=ab%00c%1b").content.decode()  # a NUL went into the HTML as it was
+    assert "There is no plan “ab?c?” to copy" in page and "\x00" not in page and "\x1b" not in page
+
+
 @pytest.mark.parametrize("url", ["/plans/00000000-0000-0000-0000-000000000000/", "/plans/not-a-uuid/",
                                  "/?from=not-a-uuid", "/nowhere"])
 def test_unknown_addresses_get_a_plain_answer(client, seeded, url):
