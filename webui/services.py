@@ -18,7 +18,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core import serializers
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError, InterfaceError, OperationalError, models, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, models, transaction
 from django.utils import timezone
 
 import planner
@@ -155,6 +155,10 @@ def _messages(err: ValidationError) -> list[str]:
     return list(err.messages)
 
 
+# The advisory lock key of `catalog seed` (any 64-bit number no other lock of this app uses)
+SEED_LOCK = int.from_bytes(hashlib.sha256(b"catalog seed").digest()[:8], "big", signed=True)
+
+
 def catalog_seed(*, directory: Path | None = None, restore: bool = False) -> dict[str, int]:
     """Add the shipped catalog (fixtures/*.json) to the database, leaving rows someone edited alone.
 
@@ -172,6 +176,12 @@ def catalog_seed(*, directory: Path | None = None, restore: bool = False) -> dic
         return None  # catalog_import names what is wrong with it
 
     with transaction.atomic():
+        # One seed at a time: two `make run`s starting on one new database both added the rows, and the second
+        # stopped with an IntegrityError traceback. PostgreSQL: a transaction advisory lock; SQLite: its
+        # transactions are IMMEDIATE (settings.DATABASES), which hold the one write lock from their start.
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SEED_LOCK])
         seen = set(SeededRow.objects.values_list("section", "name"))
         removed = seen - {(section, name) for section, model in CATALOG_MODELS.items()
                           for name in model.objects.values_list("name", flat=True)}

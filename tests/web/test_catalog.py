@@ -255,3 +255,32 @@ def test_spaces_around_a_name_are_dropped_so_no_row_shadows_another(seeded):
     gpu = GPUType(name=" Our GPU ", peak_tflops=100, memory_gib=80, memory_gbytes_per_s=2000)
     gpu.full_clean()  # what the admin's form does before saving
     assert gpu.name == "Our GPU"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_seeds_at_once_on_a_new_database_add_each_row_once_without_an_error():
+    # Two `make run`s starting on one new PostgreSQL database: one seeded, the other stopped with an IntegrityError
+    # traceback (duplicate key on the fabric's name).
+    import threading
+
+    from django.db import connection as default_connection
+
+    start, answers, errors = threading.Barrier(2), [], []
+
+    def seed() -> None:
+        try:
+            start.wait()
+            answers.append(services.catalog_seed())
+        except Exception as err:  # noqa: BLE001 -- what the test looks for
+            errors.append(err)
+        finally:
+            default_connection.close()  # each thread's own connection
+
+    threads = [threading.Thread(target=seed) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    total = sum(len(v) for v in load_catalog().values())
+    assert errors == [] and sorted(a["created"] for a in answers) == [0, total]
+    assert sum(model.objects.count() for model in CATALOG_MODELS.values()) == total
