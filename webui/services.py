@@ -49,6 +49,21 @@ def catalog_as_dict() -> Catalog:
     }
 
 
+def catalog_for_api() -> dict[str, Any]:
+    """GET /api/catalog: the catalog as spec fields (each row can stand in a spec as it is), and beside it, under
+    "catalog_only", the columns a spec has no field for: each GPU's price per GPU-hour, each node's GPU types
+    (only where set)."""
+    extra: dict[str, dict[str, dict[str, Any]]] = {}
+    for section, model in CATALOG_MODELS.items():
+        for row in model.objects.all():
+            values = {key: getattr(row, key) for key in model.CATALOG_ONLY if getattr(row, key) not in (None, "")}
+            if "gpu_types" in values:
+                values["gpu_types"] = row.held_gpus()
+            if values:
+                extra.setdefault(section, {})[row.name] = values
+    return {**catalog_as_dict(), "catalog_only": extra}
+
+
 def catalog_export(*, rows: Iterable[CatalogRow] | None = None) -> list[dict[str, Any]]:
     """Catalog rows in Django fixture format (the format of fixtures/*.json); all rows unless given."""
     if rows is None:

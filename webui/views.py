@@ -155,7 +155,7 @@ def api_plan(request: HttpRequest, code: str) -> JsonResponse:
 
 @api_methods("GET", "HEAD")
 def api_catalog(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(services.catalog_as_dict())
+    return JsonResponse(services.catalog_for_api())
 
 
 @api_methods("GET", "HEAD")

@@ -8,7 +8,7 @@ from django.test import Client
 
 from planner.catalog import load_catalog
 from webui import services
-from webui.models import Plan
+from webui.models import GPUType, NodeType, Plan
 
 pytestmark = pytest.mark.django_db
 
@@ -225,7 +225,15 @@ def test_wrong_methods_are_refused(client, seeded, small_spec):
 
 
 def test_the_catalog_lists_every_row_as_spec_fields(client, seeded):
-    assert client.get("/api/catalog").json() == load_catalog()
+    listed = client.get("/api/catalog").json()
+    only = listed.pop("catalog_only")
+    assert listed == load_catalog()
+    # Beside the spec fields, what a spec has no field for: a GPU's price (sweeps' costs), a node's GPU types.
+    assert only == {"node": {name: {"gpu_types": node.held_gpus()} for name, node in
+                             ((n.name, n) for n in NodeType.objects.all()) if node.held_gpus()}}
+    GPUType.objects.filter(name="H200 SXM 141GB").update(price_per_gpu_hour_usd=4.1)
+    assert client.get("/api/catalog").json()["catalog_only"]["gpu"] == {
+        "H200 SXM 141GB": {"price_per_gpu_hour_usd": 4.1}}
 
 
 def test_the_training_stacks_are_listed_with_their_settings_and_sources(client):
