@@ -325,7 +325,8 @@ def candidates_scatter(result: dict[str, Any]) -> Figure | None:
             data.append({"type": "scatter", "mode": "markers", "name": "best plan", "x": [best["step_time_s"]],
                          "y": [mem], "text": [best.get("label", "")], "marker": {"symbol": "star", "size": 16,
                                                                                 "color": "#f58518"},
-                         "hovertemplate": "best: %{text}<extra></extra>"})
+                         # with its figures, as every other point has them (its label alone had)
+                         "hovertemplate": "best: %{text}<br>%{x:.4r} s per step, %{y:.1f} GiB<extra></extra>"})
     feasible = result.get("feasible")
     # The answer carries the front and an even sample of the rest (report.chart_candidates): say which.
     shown = (f"the Pareto front and a sample, {len(points):,} of {feasible:,} feasible layouts"

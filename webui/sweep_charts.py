@@ -117,7 +117,10 @@ def mfu_heatmap(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
     if not axes or not any(r.get("mfu") is not None for r in rows):
         return None
     across = GPUS if GPUS in axes else axes[0]
-    columns = list(dict.fromkeys(plotly_text(r["labels"][across]) for r in rows))
+    # GPU counts left to right from the fewest, as the time chart's axis runs, whatever order they were listed in
+    ordered = sorted(rows, key=lambda r: r["values"][across]) if across == GPUS and all(
+        isinstance(r["values"].get(across), (int, float)) for r in rows) else rows
+    columns = list(dict.fromkeys(plotly_text(r["labels"][across]) for r in ordered))
     lines = list(dict.fromkeys(_series_key(r, axes, across) for r in rows))
     z: list[list[float | None]] = [[None] * len(columns) for _ in lines]
     text = [[""] * len(columns) for _ in lines]

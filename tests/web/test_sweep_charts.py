@@ -83,6 +83,12 @@ def test_the_mfu_heatmap_puts_gpu_counts_across_and_fabrics_down():
     assert "peak" not in fig["layout"]["title"]["text"]  # one precision: nothing to say
 
 
+def test_the_heatmap_puts_gpu_counts_in_order_whatever_order_they_were_listed_in():
+    fig = mfu_heatmap([row(1024, "IB", 12.0, 0.41), row(256, "IB", 40.0, 0.5), row(512, "IB", 22.0, 0.45)], AXES)
+    heat = fig["data"][0]
+    assert heat["x"] == ["256", "512", "1024"] and heat["z"] == [[0.5, 0.45, 0.41]]
+
+
 def test_a_heatmap_over_precisions_says_each_mfu_is_against_its_own_peak():
     # An fp8 scenario's MFU is against the FP8 peak: the sweep's fastest scenario read 33.8% beside bf16's 51.1%.
     rows = [{**row(256, "IB", days, mfu), **labelled({"cluster.num_gpus": 256, "training.precision": precision})}

@@ -808,3 +808,11 @@ def test_names_reach_the_charts_as_text_not_plotly_markup(client, seeded):
     text = json.dumps(figures)
     assert "<a href" not in text and "<br> " not in text and '&lt;a href=\\"https://evil.example/\\"&gt;' in text
     assert "&amp; &lt;br&gt;" in text
+
+
+def test_the_scenario_table_writes_gpu_counts_as_the_charts_do(client, seeded):
+    # "1024" in the table beside "1,024" in the charts and the plans' titles.
+    code = post(client, {"base": BASE, "vary": {"cluster.num_gpus": [1024, 64]}}).json()["code"]
+    page = client.get(f"/sweeps/{code}/").content.decode()
+    table = page[page.index('id="scenarios"'):]
+    assert "<td>1,024</td>" in table and "<td>64</td>" in table and "<td>1024</td>" not in table
