@@ -34,6 +34,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import request_started
 from django.db import DatabaseError, connection
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
@@ -82,8 +83,16 @@ def plan_dispatch(*, plan: Plan) -> bool:
 
 class _Broker:
     """Whether this process's last send failed lately: then, until `down_until` (time.monotonic()), sends are not
-    tried (settings.BROKER_BACKOFF_S). One slow failure per process and backoff, not one per plan."""
+    tried (settings.BROKER_BACKOFF_S). One slow failure per request, or per backoff in a worker's sweeps, not one
+    per plan. Each web request tries again (a broker back a moment ago takes its plans at once)."""
     down_until = 0.0
+
+
+def _try_the_broker_again(**kwargs: Any) -> None:
+    _Broker.down_until = 0.0
+
+
+request_started.connect(_try_the_broker_again, dispatch_uid="webui.delivery.broker")
 
 
 def plan_send(*, plan: Plan) -> bool:

@@ -202,10 +202,10 @@ else:
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A broker that is down must not hold a submission for long: the plan is saved and the outbox sends it later.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
-# After a send the broker refused (or did not answer), the sends of this process go straight to the outbox for
-# this long, without trying: a 256-scenario sweep posted while the broker was down waited 0.2 s on each, past
-# gunicorn's timeout. The outbox sends them once the broker is back (PLAN_RESEND_AFTER_S).
-BROKER_BACKOFF_S = env_float("BROKER_BACKOFF_S", 15)
+# After a send the broker refused (or did not answer), the rest of the request's sends, and a worker's sweeps for
+# this long, go straight to the outbox without trying: a 256-scenario sweep posted while the broker was down waited
+# 0.2 s on each, past gunicorn's timeout. The outbox sends them once the broker is back (webui/delivery.py).
+BROKER_BACKOFF_S = env_float("BROKER_BACKOFF_S", 5)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True  # a worker that dies mid-search leaves the message for another
 # A pool process that dies mid-search (the OOM killer): its worker's main process gives the plan back and sends

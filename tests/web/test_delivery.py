@@ -419,7 +419,7 @@ def test_the_outbox_sends_plans_the_broker_refused_once_it_is_back(seeded, small
     assert not plan.is_waiting_for_broker
 
 
-def test_after_a_refused_send_the_rest_go_to_the_outbox_without_trying(seeded, small_spec, monkeypatch,
+def test_after_a_refused_send_the_rest_go_to_the_outbox_without_trying(client, seeded, small_spec, monkeypatch,
                                                                           django_capture_on_commit_callbacks):
     # A 256-scenario sweep posted while the broker was down waited on the publish retries of each, past gunicorn's
     # timeout: an HTML 500 after 30 s, the sweep saved all the same, and its code never given.
@@ -434,6 +434,12 @@ def test_after_a_refused_send_the_rest_go_to_the_outbox_without_trying(seeded, s
             **small_spec["training"], "global_batch": batch}})) for batch in (8, 16, 32, 64)]
     assert len(tries) == 1  # one refusal, then the backoff
     assert all(Plan.objects.get(pk=p.pk).is_waiting_for_broker for p in plans)  # each in the outbox, and says so
+    # The next request tries again: a broker back a moment ago takes its plan at once.
+    assert client.get("/api/stacks").status_code == 200  # any request
+    with django_capture_on_commit_callbacks(execute=True):
+        services.plan_create(spec=services.spec_parse(data={**small_spec, "training": {
+            **small_spec["training"], "global_batch": 128}}))
+    assert len(tries) == 2
 
 
 def test_a_plan_sent_long_ago_and_never_started_is_sent_again(queued, sent, settings, monkeypatch):
