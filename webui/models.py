@@ -13,6 +13,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models.signals import post_delete
+from django.dispatch import receiver
 from django.urls import reverse
 from django.utils import timezone
 
@@ -162,11 +164,7 @@ class GPUType(CatalogRow):
         old = GPUType.objects.filter(pk=self.pk).values_list("name", flat=True).first() if self.pk else None
         super().save(*args, **kwargs)
         if old is not None and old != self.name:
-            for node in NodeType.objects.filter(gpu_types__contains=old):
-                names = node.held_gpus()
-                if old in names:
-                    node.gpu_types = "\n".join(self.name if n == old else n for n in names)
-                    node.save(update_fields=["gpu_types"])
+            _rename_held(old, self.name)
 
     def row_errors(self) -> dict[str, list[str]]:
         # A price of 0 would make every scenario on this GPU free, and a sweep's cheapest pick a tie.
@@ -182,6 +180,22 @@ class GPUType(CatalogRow):
             return {"price_per_gpu_hour_usd": [f"must be at least {PRICE_MIN:g} USD a GPU-hour (got {price:g}): "
                                                "leave it empty when you have no price"]}
         return {}
+
+
+def _rename_held(old: str, new: str | None) -> None:
+    """Name GPU type `old` as `new` in every node type's GPU types, or, with None, take it out."""
+    for node in NodeType.objects.filter(gpu_types__contains=old):
+        names = node.held_gpus()
+        if old in names:
+            node.gpu_types = "\n".join(n for n in ((new if n == old else n) for n in names) if n is not None)
+            node.save(update_fields=["gpu_types"])
+
+
+@receiver(post_delete, sender="webui.GPUType")
+def _gpu_deleted(sender: Any, instance: GPUType, **kwargs: Any) -> None:
+    """A deleted GPU type leaves the node types that held it: its name left there refused every later save of the
+    node ("not a GPU type of the catalog") and was still listed by /api/catalog."""
+    _rename_held(instance.name, None)
 
 
 class NodeType(CatalogRow):

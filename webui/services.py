@@ -51,13 +51,13 @@ def catalog_as_dict() -> Catalog:
 
 def catalog_for_api() -> dict[str, Any]:
     """GET /api/catalog: the catalog as spec fields (each row can stand in a spec as it is), and beside it, under
-    "catalog_only", the columns a spec has no field for: each GPU's price per GPU-hour, each node's GPU types
-    (only where set)."""
+    "catalog_only", the columns a spec has no field for: each GPU's price per GPU-hour (where set), each node's
+    GPU types (empty: any GPU)."""
     extra: dict[str, dict[str, dict[str, Any]]] = {}
     for section, model in CATALOG_MODELS.items():
         for row in model.objects.all():
             values = {key: getattr(row, key) for key in model.CATALOG_ONLY if getattr(row, key) not in (None, "")}
-            if "gpu_types" in values:
+            if section == "node":  # every node's, empty for any GPU: told apart from a node not listed
                 values["gpu_types"] = row.held_gpus()
             if values:
                 extra.setdefault(section, {})[row.name] = values

@@ -80,7 +80,7 @@ class SweepForm(forms.Form):
     nodes = forms.MultipleChoiceField(label="Node types",
                                       help_text="Each GPU type is tried in each node type built with it (the node "
                                                 "type's GPU types in the catalog); one that none of these is built "
-                                                "with, in each.")
+                                                "with, in each, and a node built with none of the GPUs takes each.")
     fabrics = forms.MultipleChoiceField(label="Fabrics", help_text="Choose one or more.")
     # Room for every count a sweep may hold (1,024 scenarios): 400 characters cut a pasted list mid-number.
     num_gpus = forms.CharField(label="GPU counts", max_length=10_000,

@@ -149,13 +149,19 @@ def _fmt_days(days: float) -> str:
 
 
 def _days_apart(days: float, deadline: float) -> tuple[str, str]:
-    """A time to train and the deadline it misses, with as many decimals as tell them apart: 130.001 days past a
-    130-day deadline read "130 days, past the 130-day deadline"."""
-    shown, limit = _fmt_days(days), _fmt_days(deadline)
-    places = 1
-    while float(shown.replace(",", "")) <= deadline and places <= 6:  # reads as on or within the deadline
+    """A time to train and the deadline it misses, the deadline as given (52.353, not 52.4) and the time to at
+    least as many decimals, and more until they differ: 130.001 days past a 130-day deadline read "130 days, past
+    the 130-day deadline", and 52.36 past 52.353 "52.4, past the 52.4-day deadline"."""
+    limit = _fmt_days(deadline)
+    if float(limit.replace(",", "")) != deadline:
+        limit = fmt_number(deadline)
+    shown = _fmt_days(days)
+    places = len(limit.partition(".")[2])
+    if len(shown.partition(".")[2]) < places or float(shown.replace(",", "")) <= deadline:
         shown = f"{days:,.{places}f}"
-        places += 1
+        while float(shown.replace(",", "")) <= deadline and places < 6:  # reads as on or within the deadline
+            places += 1
+            shown = f"{days:,.{places}f}"
     return shown, limit
 
 

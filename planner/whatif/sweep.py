@@ -61,10 +61,12 @@ def expand_leaving_out(base: Any, vary: Any, catalog: Mapping[str, Mapping[str, 
                        ) -> tuple[list[Scenario], list[LeftOut]]:
     """(scenarios, left out): as expand, but with `leave_out` a combination that cannot run (the engine refuses
     it) or cannot be bought (`unbuilt` gives reasons: a GPU in a node type not built for it) is left out, and
-    said why, instead of refusing the sweep or planning hardware nobody sells, where each of its values runs in
-    some other scenario. A value that runs nowhere is not left out: one the engine refuses everywhere (a GPU
-    count no node fills, FP8 where no GPU has it) is a mistake in the axis and refused; a GPU that no chosen
-    node is built for is a what-if the sweep was asked for, and planned."""
+    said why, instead of refusing the sweep or planning hardware nobody sells. What pairs with nothing is not
+    left out: a value every combination of which is unbuilt (a GPU none of the chosen node types is built with,
+    a node type built with none of the chosen GPUs) is a what-if the sweep asked for, planned in each of its
+    combinations; and a combination the engine refuses is left out only where each of its values runs in some
+    planned scenario, one refused everywhere (a GPU count no node fills, FP8 where no GPU has it) being a
+    mistake in the axis, and refused."""
     errors: list[FieldError] = []
     if not isinstance(base, Mapping):
         raise SpecError.one("base", "must be a spec object (model, training, cluster)")
@@ -89,9 +91,10 @@ def expand_leaving_out(base: Any, vary: Any, catalog: Mapping[str, Mapping[str, 
             scenarios.append((i, scenario))
     out: list[tuple[int, LeftOut]] = []
     if leave_out and (failed or odd):
-        runs = _runs(s for _, s in scenarios)
-        back = [(i, s) for i, s, _ in odd if not _all_run(s.values, runs)]
-        out = [(i, LeftOut(s.values, reasons)) for i, s, reasons in odd if _all_run(s.values, runs)]
+        # Decided once, from the built scenarios alone, so that the answer does not hang on the axes' order.
+        built = _runs(s for _, s in scenarios)
+        back = [(i, s) for i, s, _ in odd if not _all_run(s.values, built)]
+        out = [(i, LeftOut(s.values, reasons)) for i, s, reasons in odd if _all_run(s.values, built)]
         scenarios = sorted(scenarios + back, key=lambda pair: pair[0])
         runs = _runs(s for _, s in scenarios)
         out += [(i, LeftOut(values, [str(e) for e in err.errors])) for i, values, err in failed

@@ -92,6 +92,10 @@ def test_each_miss_says_why_and_the_advice_follows_the_causes():
         False, "130.001 days, past the 130-day deadline")
     assert verdict(Goal(tokens=1e12, deadline_days=1200), {"time_to_train_days": 1200.4, "cost": None}) == (
         False, "1,200.4 days, past the 1,200-day deadline")
+    assert verdict(Goal(tokens=1e12, deadline_days=52.353), {"time_to_train_days": 52.36, "cost": None}) == (
+        False, "52.360 days, past the 52.353-day deadline")  # "52.4 days, past the 52.4-day deadline"
+    assert verdict(Goal(tokens=1e12, deadline_days=52.353), {"time_to_train_days": 52.3531, "cost": None}) == (
+        False, "52.3531 days, past the 52.353-day deadline")
     assert verdict(goal, dear) == (False, "costs 7,612,000 USD, over the 1,000,000 USD budget")
     assert verdict(goal, unpriced) == (False, "no price for H100 SXM5 80GB (modified) (a modified GPU has no price "
                                               "of its own), so no cost to hold to the budget")

@@ -179,3 +179,28 @@ def test_a_gpu_in_a_node_not_built_with_it_is_left_out_unless_no_chosen_node_is(
     # Not asked to leave anything out: every GPU in every node, as before.
     scenarios, left_out = expand_leaving_out(BASE, vary, catalog, leave_out=False, unbuilt=unbuilt)
     assert len(scenarios) == 4 and left_out == []
+
+
+def test_what_pairs_with_nothing_is_planned_with_each_whatever_the_axes_order(catalog):
+    # H200 (no chosen node is built with it) and DGX B200 (built with no chosen GPU) are what-ifs: each planned
+    # with every value of the other axis. Decided from the built pairs alone: the answer had hung on the order.
+    held = {"DGX H100": "H100 SXM5 80GB", "DGX B200": "B200"}
+
+    def unbuilt(spec):
+        gpu, node = spec.cluster.gpu.name, spec.cluster.node.name
+        return [] if held[node] == gpu else [f"{node} is built with {held[node]}, not {gpu}"]
+
+    for gpus, nodes in ((["H100 SXM5 80GB", "H200 SXM 141GB"], ["DGX H100", "DGX B200"]),
+                        (["H200 SXM 141GB", "H100 SXM5 80GB"], ["DGX B200", "DGX H100"])):
+        scenarios, left_out = expand_leaving_out(BASE, {"cluster.gpu": gpus, "cluster.node": nodes}, catalog,
+                                                 unbuilt=unbuilt)
+        assert sorted(tuple(s.values.values()) for s in scenarios) == sorted(
+            (g, n) for g in gpus for n in nodes) and left_out == []
+    # With B200 chosen too, DGX B200 pairs with it: H100 and H200 in it are left out; H200 still goes in each.
+    scenarios, left_out = expand_leaving_out(BASE, {"cluster.gpu": ["H100 SXM5 80GB", "H200 SXM 141GB", "B200"],
+                                                    "cluster.node": ["DGX H100", "DGX B200"]}, catalog,
+                                             unbuilt=unbuilt)
+    assert [tuple(s.values.values()) for s in scenarios] == [
+        ("H100 SXM5 80GB", "DGX H100"), ("H200 SXM 141GB", "DGX H100"), ("H200 SXM 141GB", "DGX B200"),
+        ("B200", "DGX B200")]
+    assert [tuple(o.values.values()) for o in left_out] == [("H100 SXM5 80GB", "DGX B200"), ("B200", "DGX H100")]

@@ -229,8 +229,8 @@ def test_the_catalog_lists_every_row_as_spec_fields(client, seeded):
     only = listed.pop("catalog_only")
     assert listed == load_catalog()
     # Beside the spec fields, what a spec has no field for: a GPU's price (sweeps' costs), a node's GPU types.
-    assert only == {"node": {name: {"gpu_types": node.held_gpus()} for name, node in
-                             ((n.name, n) for n in NodeType.objects.all()) if node.held_gpus()}}
+    assert only == {"node": {node.name: {"gpu_types": node.held_gpus()} for node in NodeType.objects.all()}}
+    assert only["node"]["8x GPU PCIe 5.0 server (no NVLink)"] == {"gpu_types": []}  # any GPU, said as such
     GPUType.objects.filter(name="H200 SXM 141GB").update(price_per_gpu_hour_usd=4.1)
     assert client.get("/api/catalog").json()["catalog_only"]["gpu"] == {
         "H200 SXM 141GB": {"price_per_gpu_hour_usd": 4.1}}

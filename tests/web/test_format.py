@@ -76,3 +76,8 @@ def test_significant_digits_keep_thousands_separated(value, text):
     from planner.units import significant
 
     assert significant(value, 4) == text
+
+
+@pytest.mark.parametrize("value,text", [(52.353, "52.353"), (90.0, "90"), (1200, "1,200"), (None, "None")])
+def test_an_exact_number_reads_as_given(value, text):
+    assert fmt.exact(value) == text  # a deadline of 52.353 days read "within 52.4 days"

@@ -208,6 +208,11 @@ def test_a_node_types_gpu_types_are_catalog_names_and_follow_a_renamed_gpu(seede
     gpu.name = "B200 SXM6 180GB"
     gpu.save()
     assert NodeType.objects.get(name="DGX B200").held_gpus() == ["B200 SXM6 180GB"]
+    # A deleted one leaves them: its name refused every later save of the node, and /api/catalog still listed it.
+    GPUType.objects.filter(name="H800 SXM5 80GB").delete()
+    node = NodeType.objects.get(name="HGX H800")
+    assert node.held_gpus() == []
+    node.full_clean()
     # A database seeded before the column existed gets the shipped rows' GPU types (a migration), once.
     import importlib
     fill = importlib.import_module("webui.migrations.0018_shipped_node_gpu_types").fill
