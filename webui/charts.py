@@ -150,12 +150,12 @@ def comm_by_fabric(result: dict[str, Any]) -> Figure | None:
         {"type": "bar", "orientation": "h", "name": fabric_label(fabric), "y": names,
          "x": [split.get(fabric, 0) or 0 for split in by_fabric],
          "marker": {"color": FABRIC_COLOURS.get(fabric, PALETTE[i % len(PALETTE)])},
-         "hovertemplate": "%{y} over " + fabric_label(fabric) + ": %{x:.3g} s<extra></extra>"}
+         "hovertemplate": "%{y} over " + fabric_label(fabric) + ": %{x:,.3~r} s<extra></extra>"}
         for i, fabric in enumerate(fabrics)]
     data.append({"type": "scatter", "mode": "markers", "name": "exposed (not overlapped)", "y": names,
                  "x": [c.get("exposed_s", 0) or 0 for c in comm],
                  "marker": {"symbol": "diamond", "size": 10, "color": "#222"},
-                 "hovertemplate": "%{y}: %{x:.3g} s exposed<extra></extra>"})
+                 "hovertemplate": "%{y}: %{x:,.3~r} s exposed<extra></extra>"})
     return {"data": data, "layout": _layout(
         f"Communication per collective by fabric, {plans[0].get('label', 'best plan')}", barmode="stack",
         height=140 + 34 * len(names), xaxis={"title": {"text": "seconds per step"}},

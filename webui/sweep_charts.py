@@ -44,7 +44,7 @@ def time_vs_gpus(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
         data.append({"type": "scatter", "mode": "lines+markers", "name": name, "x": gpus,
                      "y": [r["time_to_train_days"] for r in items], "marker": {"color": colour},
                      "text": [r.get("layout") or "" for r in items],
-                     "hovertemplate": "%{x} GPUs: %{y:.3g} days<br>%{text}<extra>" + name + "</extra>"})
+                     "hovertemplate": "%{x:,} GPUs: %{y:,.3~r} days<br>%{text}<extra>" + name + "</extra>"})
         n0, t0 = gpus[0], items[0]["time_to_train_days"]
         # Ideal (linear) scaling: time ∝ 1 / GPUs from the smallest cluster of the series.
         data.append({"type": "scatter", "mode": "lines", "name": f"ideal scaling ({name})", "x": gpus,
@@ -85,7 +85,7 @@ def cost_vs_time(rows: list[dict[str, Any]], goal: dict[str, Any] | None) -> Fig
                          "text": [", ".join(_labelled(r, a) for a in r["labels"]) for r in items],
                          "marker": {"color": colour, "size": 9},
                          # whole dollars or GPU-hours with their unit, as the table writes them ("4.333e+6" was)
-                         "hovertemplate": "%{text}<br>%{x:.3g} days, %{y:,.0f} " + unit + "<extra></extra>"})
+                         "hovertemplate": "%{text}<br>%{x:,.3~r} days, %{y:,.0f} " + unit + "<extra></extra>"})
     unpriced = sum(r.get("cost") is None for r in done)
     # Mixed: the chart cannot rank by cost, though the best (among priced scenarios) may be chosen by it.
     why = f" ({unpriced:,} of {len(done):,} scenarios have no GPU price)" if 0 < unpriced < len(done) else ""

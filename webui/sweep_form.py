@@ -130,7 +130,12 @@ class SweepForm(forms.Form):
             items += _counts(token)
         if not items:
             raise forms.ValidationError("Give at least one GPU count.")
-        return [_whole(item) for item in items]
+        counts = [_whole(item) for item in items]
+        # Said here, as the sweep service would, so the other fields' messages still come in the same round
+        twice = next((c for i, c in enumerate(counts) if c in counts[:i]), None)
+        if twice is not None:
+            raise forms.ValidationError(f"lists {twice} twice")
+        return counts
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

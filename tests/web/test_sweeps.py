@@ -320,8 +320,8 @@ def test_the_sweep_form_makes_a_sweep_and_puts_errors_beside_their_fields(client
     # A long pasted list of GPU counts is read whole (the box held 400 characters and cut it mid-number), and a
     # repeat is named.
     counts = ", ".join(str(8 * i) for i in range(1, 200))
-    form = SweepForm({**fields, "num_gpus": counts + ", 16"}, catalog=services.catalog_as_dict())
-    assert form.is_valid() and form.payload["vary"]["cluster.num_gpus"][-1] == 16 and len(counts) > 400
+    form = SweepForm({**fields, "num_gpus": counts + ", 2000"}, catalog=services.catalog_as_dict())
+    assert form.is_valid() and form.payload["vary"]["cluster.num_gpus"][-1] == 2000 and len(counts) > 400
     errors = client.post("/sweeps/new/", {**fields, "num_gpus": counts + ", 16"}).context["form"].errors
     assert errors["num_gpus"] == ["lists 16 twice"], errors
     # A fabric renamed in the admin while the page was open is said so and stays chosen, marked; it was dropped
@@ -373,6 +373,10 @@ def test_the_sweep_form_makes_a_sweep_and_puts_errors_beside_their_fields(client
     assert errors["fabrics"][0].startswith("“Old fabric” is no longer in the catalog")
     assert errors["global_batch"] == ["must be a number, not 'abc'"]
     assert errors["deadline_days"] == ["must be more than 0 and at most 36500 days (got -3)"]
+    # A count listed twice is the form's own to say, so the global batch's message still comes with it
+    response = client.post("/sweeps/new/", {**fields, "num_gpus": "64, 64", "global_batch": "abc"})
+    errors = response.context["form"].errors
+    assert errors["num_gpus"] == ["lists 64 twice"] and errors["global_batch"] == ["must be a number, not 'abc'"]
     # What the service says of one scenario is left out there: it would be about the stand-in GPU count.
     response = client.post("/sweeps/new/", {**fields, "num_gpus": "64, x", "global_batch": "100000000"})
     errors = response.context["form"].errors
