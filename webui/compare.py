@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from planner.spec import SECTIONS
 from planner.units import durations, significant
+from planner.whatif.goal import outcome
 
 from .charts import (MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, fabric_label, legend_below, memory_breakdown,
                      plotly_text, step_time_breakdown)
@@ -67,7 +68,7 @@ def compare_sections(*, plans: list[Plan]) -> list[dict[str, Any]]:
     # A plan of a priced sweep costs its GPU-hours at the price its sweep was made with (as the sweep's table);
     # a plan asked for alone has no price, the catalog's having been set or changed after it.
     prices = dict(SweepScenario.objects.filter(plan__in=plans).values_list("plan_id", "price_per_gpu_hour_usd"))
-    bests = [dict(b, cost_usd=_cost(b.get("gpu_hours"), prices.get(plan.pk))) for plan, b in zip(plans, bests)]
+    bests = [dict(b, cost_usd=_cost(plan, b, prices.get(plan.pk))) for plan, b in zip(plans, bests)]
     priced = any(b["cost_usd"] is not None for b in bests)
     sections = [
         ("Request", _request_rows(plans)),
@@ -90,10 +91,15 @@ def compare_sections(*, plans: list[Plan]) -> list[dict[str, Any]]:
             for title, rows in sections]
 
 
-def _cost(gpu_hours: Any, price: Any) -> float | None:
-    """USD: GPU-hours x USD per GPU-hour (planner.whatif.goal.outcome's product), or None without either."""
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (gpu_hours, price))
-    return gpu_hours * price if numbers else None
+def _cost(plan: Plan, best: dict[str, Any], price: Any) -> float | None:
+    """USD, as the sweep's table has it (planner.whatif.goal.outcome, from the unrounded step time: the rounded
+    GPU-hours times the price came out 20 USD apart), or None without a price or a layout."""
+    batch, seq_len = _spec_at(plan, "training", "global_batch"), _spec_at(plan, "model", "seq_len")
+    if not all(_is_number(v) for v in (price, best.get("step_time_s"), batch, seq_len)):
+        return None
+    return outcome(step_time_s=best["step_time_s"], tokens_per_step=batch * seq_len,
+                   num_gpus=_spec_at(plan, "cluster", "num_gpus"), tokens=_spec_at(plan, "training", "tokens"),
+                   price_per_gpu_hour=price)["cost"]
 
 
 def _table(rows: list[tuple[Any, ...]], source: list[Any]) -> list[dict[str, Any]]:

@@ -286,7 +286,8 @@ def sweep_csv(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None, site: s
     """The scenario rows as CSV: one column per axis, then the figures (empty where unknown). An inline object on
     an axis (a model, a GPU) is written as the page labels it, by its name ("H100 SXM5 80GB (modified)"), not as
     its JSON; the plan's page, at `url`, has the whole request. `site` ("http://host:8000") makes each plan's `url`
-    a whole address, as the API gives it: a spreadsheet has no page to resolve "/plans/..." against."""
+    a whole address, as the API gives it: a spreadsheet has no page to resolve "/plans/..." against. Then each
+    combination left out, with status "left out" and why in goal_note."""
     rows = sweep_rows(sweep=sweep) if rows is None else rows
     axes = sweep.axes
     out = io.StringIO()
@@ -297,6 +298,14 @@ def sweep_csv(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None, site: s
         values = [row["values"].get(a) for a in axes]
         cells = ([_cell(row["labels"][a] if isinstance(v, Mapping) else v) for a, v in zip(axes, values)]
                  + [_cell(row.get(f)) for f in ROW_FIELDS])
+        writer.writerow(cells)
+    # The combinations left out (leave_out_invalid), after the scenarios: status "left out", the reason in goal_note;
+    # the file had dropped them without a word.
+    for combination in sweep.left_out:
+        values = [combination["values"].get(a) for a in axes]
+        cells = ([_cell(value_label(a, v) if isinstance(v, Mapping) else v) for a, v in zip(axes, values)]
+                 + [_cell({"status": "left out", "goal_note": "; ".join(combination["reasons"])}.get(f))
+                    for f in ROW_FIELDS])
         writer.writerow(cells)
     return out.getvalue()
 

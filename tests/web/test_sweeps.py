@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from planner.units import duration, significant, step_time
 
-from webui import services, sweeps
+from webui import compare, services, sweeps
 from webui.sweep_form import SweepForm
 from webui.models import GPUType, Plan, Sweep, SweepScenario
 
@@ -172,6 +172,17 @@ def test_combinations_that_cannot_run_or_be_bought_are_left_out_where_asked_and_
     page = client.get(sweep.get_absolute_url()).content.decode()
     section = page[page.index('id="sweep-left-out"'):]
     assert "Left out: 13 combinations that cannot run" in section
+    assert 'id="more-reasons"' not in section  # 8 reasons or fewer: all in view
+    # The CSV lists them after the scenarios, with the reason (it had dropped them without a word)
+    rows = list(csv.DictReader(io.StringIO(client.get(f"/sweeps/{sweep.code}/csv").content.decode())))
+    assert [r["status"] for r in rows] == ["queued"] * 5 + ["left out"] * 13
+    assert rows[5]["cluster.gpu"] == "A100 SXM4 80GB" and rows[5]["goal_note"].startswith(
+        "training.precision: fp8 needs a GPU with FP8 tensor cores") and rows[5]["plan"] == ""
+    many = post(client, {"base": body["base"], "leave_out_invalid": True, "vary": {
+        "cluster.gpu": ["A100 SXM4 40GB", "A100 SXM4 80GB", "H100 SXM5 80GB", "H800 SXM5 80GB", "B200", "B300"],
+        "cluster.node": ["DGX A100", "DGX H100", "HGX H800", "DGX B200", "HGX B300"]}}).json()
+    page = client.get(many["url"]).content.decode()
+    assert many["total"] == 6 and '<summary>16 more reasons</summary>' in page  # 24 pairs, one reason each
     # Each reason once with its count, above the whole list (which may run to hundreds of rows)
     assert "<li>cluster.node: DGX A100 is built with A100 SXM4 40GB or A100 SXM4 80GB, not B200 (the node type&#x27;s " \
            "GPU types in the catalog): 2 combinations</li>" in section
@@ -468,6 +479,9 @@ def test_compare_shows_plans_side_by_side_with_differences_marked(client, seeded
     table = {r["plan"]: r for r in sweeps.sweep_rows(sweep=SweepScenario.objects.get(plan=c).sweep)}
     assert row["cells"][:2] == [f"{table[str(p.code)]['cost']:,.0f}" if table[str(p.code)]['cost'] >= 1000
                                 else f"{table[str(p.code)]['cost']:.3g}" for p in (c, d)]
+    # The same figure as the sweep's, not the rounded GPU-hours times the price (20 USD apart in 4.76M)
+    assert [compare._cost(p, p.result["plans"][0], 2.5) for p in (c, d)] == [table[str(p.code)]["cost"]
+                                                                             for p in (c, d)]
     assert row["cells"][2] == "–"  # made before the price was set: none
 
 
