@@ -64,7 +64,8 @@ def sweep_detail(request: HttpRequest, code: str) -> HttpResponse:
     # Each reason a combination was left out for, with how many: the list itself may run to hundreds of rows.
     reasons = Counter(reason for c in data["left_out"] for reason in c["reasons"]).most_common()
     return render(request, "webui/sweep_detail.html", {"sweep": sweep, "data": data, "figures": figures,
-                                                      "left_out_reasons": reasons})
+                                                      "left_out_reasons": reasons,
+                                                      "fixed": sweeps.sweep_fixed(sweep=sweep)})
 
 
 @require_safe

@@ -274,6 +274,21 @@ def sweep_as_dict(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None) -> 
             "miss_advice": miss_advice(goal, rows) if goal and done == len(rows) and winner is None else None}
 
 
+def sweep_fixed(*, sweep: Sweep) -> list[tuple[str, str]]:
+    """What the base sets that no axis varies, as (path, label): the hardware, precision and batch every scenario
+    shares. A sweep of B200 in DGX H100 over precisions named neither anywhere on its page."""
+    base = sweep.base if isinstance(sweep.base, Mapping) else {}
+    fixed = []
+    for section in ("cluster", "training"):
+        entries = base.get(section) if isinstance(base.get(section), Mapping) else {}
+        for key, value in entries.items():
+            path = f"{section}.{key}"
+            if path in sweep.axes or value in (None, "") or any(a.startswith(path + ".") for a in sweep.axes):
+                continue
+            fixed.append((path, value_label(path, value)))
+    return fixed
+
+
 def sweep_status(rows: list[dict[str, Any]]) -> str:
     """done once every plan is done or failed; running once any has started; else queued."""
     statuses = [row["status"] for row in rows]

@@ -833,6 +833,16 @@ def test_names_reach_the_charts_as_text_not_plotly_markup(client, seeded):
     assert "&amp; &lt;br&gt;" in text
 
 
+def test_a_sweep_page_says_what_every_scenario_shares(client, seeded):
+    # A sweep of B200 in a DGX H100 over precisions named neither anywhere on its page.
+    base = {**BASE, "cluster": {"gpu": "B200", "node": "DGX H100", "fabric": HARDWARE["fabric"]}}
+    code = post(client, {"base": base, "vary": {"cluster.num_gpus": [64], "training.precision": ["bf16", "fp8"]}}
+                ).json()["code"]
+    page = client.get(f"/sweeps/{code}/").content.decode()
+    assert ('<p class="meta" id="sweep-fixed">Every scenario: cluster.gpu = B200, cluster.node = DGX H100, '
+            'cluster.fabric = NDR InfiniBand fat tree, training.global_batch = 256.</p>') in page
+
+
 def test_the_scenario_table_writes_gpu_counts_as_the_charts_do(client, seeded):
     # "1024" in the table beside "1,024" in the charts and the plans' titles.
     code = post(client, {"base": BASE, "vary": {"cluster.num_gpus": [1024, 64]}}).json()["code"]
