@@ -21,6 +21,9 @@ from ..jsonio import Overflow
 from ..spec import SECTIONS, PlanSpec, fmt_number, parse_spec, text_problem
 
 MAX_SCENARIOS = 1024  # the issue's bound: a sweep is a study, not a search of its own
+# Combinations a sweep that leaves out what cannot run may make, of which at most MAX_SCENARIOS are planned: all
+# 15 GPUs x 15 node types x 2 precisions x 3 counts (1,350) plan about 180. Parsing them takes about 1.5 s.
+MAX_COMBINATIONS = 4 * MAX_SCENARIOS
 MAX_AXES = 8
 MAX_MESSAGES_PER_FIELD = 5  # past this, the same rule broken by more scenarios adds nothing a reader needs
 
@@ -70,7 +73,7 @@ def expand_leaving_out(base: Any, vary: Any, catalog: Mapping[str, Mapping[str, 
     errors: list[FieldError] = []
     if not isinstance(base, Mapping):
         raise SpecError.one("base", "must be a spec object (model, training, cluster)")
-    axes = _axes(vary, errors)
+    axes = _axes(vary, errors, MAX_COMBINATIONS if leave_out else MAX_SCENARIOS)
     if errors:
         raise SpecError(errors)
     scenarios: list[tuple[int, Scenario]] = []  # with their place in the product, kept when some come back
@@ -109,6 +112,10 @@ def expand_leaving_out(base: Any, vary: Any, catalog: Mapping[str, Mapping[str, 
             errors.extend(_scenario_errors(err, values, common))
         raise SpecError(_deduplicated(errors))
     planned = [s for _, s in scenarios]
+    if len(planned) > MAX_SCENARIOS:
+        errors = [FieldError("vary", f"makes {len(planned):,} scenarios once {len(left_out):,} combinations that "
+                                     f"cannot run are left out; at most {MAX_SCENARIOS:,}")]
+        raise SpecError(errors)
     errors = _label_clashes(axes, planned)
     if errors:
         raise SpecError(errors)
@@ -166,7 +173,7 @@ def value_label(path: str, value: Any, name: str | None = None) -> str:
     return value_text(value)
 
 
-def _axes(vary: Any, errors: list[FieldError]) -> dict[str, list[Any]]:
+def _axes(vary: Any, errors: list[FieldError], limit: int = MAX_SCENARIOS) -> dict[str, list[Any]]:
     """The axes as {path: values}, checked: known paths, non-empty lists of distinct values, bounded product."""
     if not isinstance(vary, Mapping) or not vary:
         errors.append(FieldError("vary", "must be an object of {path: [values, ...]} with at least one axis"))
@@ -189,10 +196,13 @@ def _axes(vary: Any, errors: list[FieldError]) -> dict[str, list[Any]]:
         else:
             axes[path] = values
     total = math.prod(len(v) for v in axes.values())
-    if not errors and total > MAX_SCENARIOS:
+    if not errors and total > limit:
         sizes = " × ".join(str(len(v)) for v in axes.values())
-        made = f"makes {sizes} = {total:,} scenarios" if len(axes) > 1 else f"makes {total:,} scenarios"
-        errors.append(FieldError("vary", f"{made}; at most {MAX_SCENARIOS:,}"))
+        what = "scenarios" if limit == MAX_SCENARIOS else "combinations"
+        made = f"makes {sizes} = {total:,} {what}" if len(axes) > 1 else f"makes {total:,} {what}"
+        bound = (f"at most {limit:,}" if limit == MAX_SCENARIOS else
+                 f"at most {limit:,}, of which {MAX_SCENARIOS:,} scenarios once those that cannot run are left out")
+        errors.append(FieldError("vary", f"{made}; {bound}"))
     return axes
 
 

@@ -204,3 +204,24 @@ def test_what_pairs_with_nothing_is_planned_with_each_whatever_the_axes_order(ca
         ("H100 SXM5 80GB", "DGX H100"), ("H200 SXM 141GB", "DGX H100"), ("H200 SXM 141GB", "DGX B200"),
         ("B200", "DGX B200")]
     assert [tuple(o.values.values()) for o in left_out] == [("H100 SXM5 80GB", "DGX B200"), ("B200", "DGX H100")]
+
+
+def test_leaving_out_counts_the_scenarios_planned_not_the_combinations(catalog):
+    # All GPUs x all nodes x precisions x counts was refused at 1,350 combinations, though it plans about 180.
+    gpus = ["A100 SXM4 80GB", "H100 SXM5 80GB"]
+    counts = list(range(8, 8 * 601, 8))  # 2 x 600 x 2 = 2,400 combinations
+    vary = {"cluster.gpu": gpus, "cluster.num_gpus": counts, "training.precision": ["bf16", "fp8"]}
+    with pytest.raises(SpecError) as caught:
+        expand(BASE, vary, catalog)
+    assert caught.value.as_dict()["vary"] == ["makes 2 × 600 × 2 = 2,400 scenarios; at most 1,024"]
+    with pytest.raises(SpecError) as caught:  # 1,800 planned (A100 fp8 left out): still past the bound, said so
+        expand_leaving_out(BASE, vary, catalog)
+    assert caught.value.as_dict()["vary"] == [
+        "makes 1,800 scenarios once 600 combinations that cannot run are left out; at most 1,024"]
+    scenarios, left_out = expand_leaving_out(BASE, {**vary, "cluster.num_gpus": counts[:300]}, catalog)
+    assert (len(scenarios), len(left_out)) == (900, 300)  # 1,200 combinations, 900 planned
+    with pytest.raises(SpecError) as caught:
+        expand_leaving_out(BASE, {**vary, "cluster.num_gpus": list(range(8, 8 * 1100, 8))}, catalog)
+    assert caught.value.as_dict()["vary"] == [
+        "makes 2 × 1099 × 2 = 4,396 combinations; at most 4,096, of which 1,024 scenarios once those that cannot "
+        "run are left out"]
