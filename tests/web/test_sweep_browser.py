@@ -109,6 +109,20 @@ def test_a_planner_sweeps_scenarios_and_compares_two(web, worker, seeded, browse
     for url in (sweep_url, page.url, web.url + long_axes.get_absolute_url()):
         phone.goto(url)
         assert phone.evaluate("document.documentElement.scrollWidth") <= 375, url
+    # Compare's table scrolls sideways in its box there, and each row keeps its label in view: swiped to the last
+    # plan, the figures had none.
+    phone.goto(sweep_url)
+    codes = phone.eval_on_selector_all("#scenarios tr[data-plan]", "rows => rows.map(r => r.dataset.plan)")
+    phone.goto(web.url + "/compare/?plans=" + ",".join(codes[:4]))
+    box = phone.evaluate("""() => {
+      let el = document.querySelector('#compare');  // on a phone the table is its own scroll box (style.css)
+      while (el && el.scrollWidth <= el.clientWidth) el = el.parentElement;
+      if (!el || el === document.documentElement) return null;
+      el.scrollLeft = el.scrollWidth;
+      return {scrolled: el.scrollLeft,
+              label: document.querySelector('#compare th[scope=row]').getBoundingClientRect().left};
+    }""")
+    assert box is not None and box["scrolled"] > 0 and 0 <= box["label"] < 40, box
 
 
 def test_heatmap_rows_that_differ_only_at_their_end_stay_apart_when_shortened(web, browser):  # noqa: F811
