@@ -166,3 +166,17 @@ def test_heatmap_rows_that_differ_only_at_their_end_stay_apart_when_shortened(we
     page.wait_for_selector("[data-figure=w] .ytick text")
     labels = page.eval_on_selector_all("[data-figure=w] .ytick text", "ts => ts.map(t => t.textContent)")
     assert len(labels) == 16 and len(set(labels)) == 16, labels
+    # Numbered bars (compare's) on a phone: the number told every label apart, so "#1 Llama 3 70B on…" and
+    # "#2 Llama 3 70B on…" passed for distinct; what follows the number must tell them apart.
+    bars = {"data": [{"type": "bar", "orientation": "h", "x": [1, 2], "name": "compute",
+                      "y": ["#1 Llama 3 70B on 256 × B200 (DGX B200, NDR InfiniBand fat tree), precision fp8",
+                            "#2 Llama 3 70B on 256 × B200 (DGX B200, NDR InfiniBand fat tree), precision bf16"]}],
+            "layout": {"yaxis": {}, "xaxis": {}}}
+    page.set_content(
+        '<script id="figures-data" type="application/json">' + json.dumps({"b": bars}).replace("<", "\\u003c")
+        + '</script><div data-figure="b" style="width: 375px"></div>'
+        + f'<script src="{plotly}"></script><script src="{charts_js}"></script>')
+    page.wait_for_selector("[data-figure=b] .ytick text")
+    labels = page.eval_on_selector_all("[data-figure=b] .ytick text", "ts => ts.map(t => t.textContent)")
+    assert [label[:3] for label in labels] == ["#1 ", "#2 "], labels
+    assert labels[0][3:] != labels[1][3:] and "fp8" in labels[0] and "bf16" in labels[1], labels

@@ -122,6 +122,11 @@
     if (!bars.length || !layout.yaxis) return;
     var labels = bars[0].y.filter(function (y) { return typeof y === "string"; });
     var room = Math.max(80, 0.4 * width);
+    // A bar's number ("#2 ", compare's and the plan page's) is kept whole and left out of the shortening: it told
+    // every label apart, so "#1 Llama 3 70B on…" and "#2 Llama 3 70B on…" passed for distinct on a phone.
+    var numbers = labels.map(function (label) { return (/^#\d+ /.exec(label) || [""])[0]; });
+    var rests = labels.map(function (label, i) { return label.slice(numbers[i].length); });
+    var numbered = Math.max.apply(null, numbers.map(function (n) { return textWidth(n, TICK_PX); }));
     // Labels alike in their first words (a sweep's rows that differ only in the precision, at the end) were
     // shortened alike: then their ends are kept, or both ends, or a piece of each part, whichever first keeps
     // them apart, in 40% of the width and then in 55%.
@@ -129,9 +134,9 @@
     var short = null;
     [room, Math.max(room, 0.55 * width)].some(function (space) {
       return ways.some(function (how) {
-        var candidate = labels.map(function (label) { return how(label, space); });
-        if (distinct(candidate) !== distinct(labels)) return false;
-        short = candidate;
+        var candidate = rests.map(function (rest) { return how(rest, space - numbered); });
+        if (distinct(candidate) !== distinct(rests)) return false;
+        short = candidate.map(function (rest, i) { return numbers[i] + rest; });
         return true;
       });
     });
