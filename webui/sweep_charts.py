@@ -23,6 +23,9 @@ def _series_key(row: dict[str, Any], axes: list[str], skip: str) -> str:
 
 
 def _labelled(row: dict[str, Any], axis: str) -> str:
+    value = row.get("values", {}).get(axis)
+    if axis == GPUS and isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,} GPUs"  # as the table writes them ("num_gpus 1024" beside its 1,024)
     label = plotly_text(row["labels"][axis])  # names come from requests: markup to Plotly
     return label if axis in CATALOG_PATHS else f"{axis.rsplit('.', 1)[-1]} {label}"
 
