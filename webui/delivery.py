@@ -98,8 +98,9 @@ request_started.connect(_try_the_broker_again, dispatch_uid="webui.delivery.brok
 def plan_send(*, plan: Plan) -> bool:
     """Hand the task of a plan already stamped `dispatched_at` to the broker, with the plan's time limits.
     A broker that refuses it (down, unreachable, not answering) is logged and the stamp cleared: the plan is in
-    the outbox, and its page says it is waiting; for BROKER_BACKOFF_S after that, this process's sends go to the
-    outbox without trying. No exception escapes: the plan is saved either way."""
+    the outbox, and its page says it is waiting; after that, the rest of the request's sends (a worker's, for
+    BROKER_BACKOFF_S) go to the outbox without trying (_Broker). No exception escapes: the plan is saved either
+    way."""
     if time.monotonic() < _Broker.down_until:
         Plan.objects.filter(pk=plan.pk, dispatched_at=plan.dispatched_at).update(dispatched_at=None)
         return False
@@ -108,8 +109,8 @@ def plan_send(*, plan: Plan) -> bool:
                       time_limit=plan_hard_limit(plan=plan), queue=plan_queue(plan=plan))
     except Exception as err:  # kombu's OperationalError, a socket error, a timeout: the broker is not there
         _Broker.down_until = time.monotonic() + settings.BROKER_BACKOFF_S
-        logger.warning("plan %s: the broker refused the task (%s); it stays in the outbox, and this process sends "
-                       "none for %g s", plan.pk, err, settings.BROKER_BACKOFF_S)
+        logger.warning("plan %s: the broker refused the task (%s); it stays in the outbox, with the rest of this "
+                       "request's plans (a worker tries again in %g s)", plan.pk, err, settings.BROKER_BACKOFF_S)
         Plan.objects.filter(pk=plan.pk, dispatched_at=plan.dispatched_at).update(dispatched_at=None)
         return False
     return True
