@@ -100,8 +100,10 @@ def cost_vs_time(rows: list[dict[str, Any]], goal: dict[str, Any] | None) -> Fig
         days = goal["deadline_days"]
         layout["shapes"].append({"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": days, "x1": days,
                                  "line": {"color": "#c0392b", "dash": "dash"}})
-        layout["annotations"].append({"yref": "paper", "y": 1, "x": days, "xref": "x", "showarrow": False,
-                                      "text": f"deadline {days:g} days", "font": {"color": "#c0392b"}})
+        # above the plot area, not across it: on a phone the label lay over the top y tick ("16M")
+        layout["annotations"].append({"yref": "paper", "y": 1, "yanchor": "bottom", "x": days, "xref": "x",
+                                      "showarrow": False, "text": f"deadline {days:g} days",
+                                      "font": {"color": "#c0392b"}})
     if goal and goal.get("budget") and money == "cost":  # a budget is dollars: no line on a GPU-hours axis
         budget = goal["budget"]
         layout["shapes"].append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": budget, "y1": budget,

@@ -49,6 +49,7 @@ def test_gpu_hours_against_time_joins_the_pareto_front_and_marks_the_deadline():
     assert meets["hovertemplate"].endswith("%{y:,.0f} GPU-hours<extra></extra>")  # not "4.333e+6", unitless
     assert meets["text"] == ["1,024 GPUs, IB"]  # as the table writes the count, not "num_gpus 1024"
     assert fig["layout"]["shapes"][0]["x0"] == 30
+    assert fig["layout"]["annotations"][0]["yanchor"] == "bottom"  # above the plot, clear of the top y tick
     assert fig["layout"]["title"]["text"] == "GPU-hours against time to train"
     mixed = cost_vs_time([dict(ROWS[0], cost=100.0), *ROWS[1:]], None)
     assert mixed["layout"]["title"]["text"] == "GPU-hours against time to train (4 of 5 scenarios have no GPU price)"
