@@ -94,5 +94,7 @@ def count(value: Any) -> str:
         return "–"
     for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
         if abs(x) >= scale:
-            return f"{x / scale:.3g}{suffix}"
+            # a thousand of the largest unit or more, whole with separators: 1e15 tokens read "1e+03T"
+            text = f"{x / scale:.3g}"
+            return f"{x / scale:,.0f}{suffix}" if "e" in text else f"{text}{suffix}"
     return f"{round(x):,}" if x == round(x) else number(x)  # 1.5 tokens: "1.5", not "2"

@@ -65,7 +65,8 @@ def sweep_detail(request: HttpRequest, code: str) -> HttpResponse:
     reasons = Counter(reason for c in data["left_out"] for reason in c["reasons"]).most_common()
     return render(request, "webui/sweep_detail.html", {"sweep": sweep, "data": data, "figures": figures,
                                                       "left_out_reasons": reasons,
-                                                      "fixed": sweeps.sweep_fixed(sweep=sweep)})
+                                                      "fixed": sweeps.sweep_fixed(sweep=sweep,
+                                                                                  rows=data["scenarios"])})
 
 
 @require_safe

@@ -274,9 +274,10 @@ def sweep_as_dict(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None) -> 
             "miss_advice": miss_advice(goal, rows) if goal and done == len(rows) and winner is None else None}
 
 
-def sweep_fixed(*, sweep: Sweep) -> list[tuple[str, str]]:
+def sweep_fixed(*, sweep: Sweep, rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """What the base sets that no axis varies, as (path, label): the hardware, precision and batch every scenario
-    shares. A sweep of B200 in DGX H100 over precisions named neither anywhere on its page."""
+    shares. A sweep of B200 in DGX H100 over precisions named neither anywhere on its page. A GPU, node or fabric
+    by the name the engine gave it (`rows`, sweep_rows): "H100 SXM5 80GB (modified)", as the plans say."""
     base = sweep.base if isinstance(sweep.base, Mapping) else {}
     fixed = []
     for section in ("cluster", "training"):
@@ -285,7 +286,11 @@ def sweep_fixed(*, sweep: Sweep) -> list[tuple[str, str]]:
             path = f"{section}.{key}"
             if path in sweep.axes or value in (None, "") or any(a.startswith(path + ".") for a in sweep.axes):
                 continue
-            fixed.append((path, value_label(path, value)))
+            named = rows[0].get(NAME_KEYS[path]) if path in NAME_KEYS and rows else None
+            whole = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                     and value == int(value))
+            # a whole number as the page writes counts ("1,000,000,000,000", not "1000000000000")
+            fixed.append((path, f"{int(value):,}" if whole else value_label(path, value, named)))
     return fixed
 
 

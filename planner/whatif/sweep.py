@@ -113,9 +113,8 @@ def expand_leaving_out(base: Any, vary: Any, catalog: Mapping[str, Mapping[str, 
         raise SpecError(_deduplicated(errors))
     planned = [s for _, s in scenarios]
     if len(planned) > MAX_SCENARIOS:
-        errors = [FieldError("vary", f"makes {len(planned):,} scenarios once {len(left_out):,} combinations that "
-                                     f"cannot run are left out; at most {MAX_SCENARIOS:,}")]
-        raise SpecError(errors)
+        once = f" once {len(left_out):,} combinations that cannot run are left out" if left_out else ""
+        raise SpecError([FieldError("vary", f"makes {len(planned):,} scenarios{once}; at most {MAX_SCENARIOS:,}")])
     errors = _label_clashes(axes, planned)
     if errors:
         raise SpecError(errors)

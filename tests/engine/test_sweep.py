@@ -218,6 +218,9 @@ def test_leaving_out_counts_the_scenarios_planned_not_the_combinations(catalog):
         expand_leaving_out(BASE, vary, catalog)
     assert caught.value.as_dict()["vary"] == [
         "makes 1,800 scenarios once 600 combinations that cannot run are left out; at most 1,024"]
+    with pytest.raises(SpecError) as caught:  # none left out: nothing to say of it ("once 0 combinations ...")
+        expand_leaving_out(BASE, {"cluster.num_gpus": list(range(8, 8 * 1101, 8))}, catalog)
+    assert caught.value.as_dict()["vary"] == ["makes 1,100 scenarios; at most 1,024"]
     scenarios, left_out = expand_leaving_out(BASE, {**vary, "cluster.num_gpus": counts[:300]}, catalog)
     assert (len(scenarios), len(left_out)) == (900, 300)  # 1,200 combinations, 900 planned
     with pytest.raises(SpecError) as caught:

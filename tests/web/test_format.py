@@ -38,7 +38,9 @@ def test_durations_side_by_side_read_in_one_unit(values, texts):
 
 
 # 1.5 tokens read "2".
-@pytest.mark.parametrize("value,text", [(15e12, "15T"), (1e12, "1T"), (2.1e9, "2.1B"), (45000, "45,000"),
+@pytest.mark.parametrize("value,text", [(15e12, "15T"), (1e12, "1T"), (1e15, "1,000T"), (1e16, "10,000T"),
+                                        (999.6e12, "1,000T"), (999.4e12, "999T"),
+                                        (2.1e9, "2.1B"), (45000, "45,000"),
                                         (1.5, "1.5"), (1.0, "1"), ("x", "–")])
 def test_counts_read_as_people_say_them(value, text):
     assert fmt.count(value) == text

@@ -841,6 +841,13 @@ def test_a_sweep_page_says_what_every_scenario_shares(client, seeded):
     page = client.get(f"/sweeps/{code}/").content.decode()
     assert ('<p class="meta" id="sweep-fixed">Every scenario: cluster.gpu = B200, cluster.node = DGX H100, '
             'cluster.fabric = NDR InfiniBand fat tree, training.global_batch = 256.</p>') in page
+    # A modified row by the name its plans give it, and a count as the page writes counts
+    base = {**base, "cluster": {**base["cluster"], "gpu": {"name": "H100 SXM5 80GB", "memory_gib": 96}},
+            "training": {**base["training"], "tokens": 1e12}}
+    code = post(client, {"base": base, "vary": {"cluster.num_gpus": [64], "training.precision": ["bf16", "fp8"]}}
+                ).json()["code"]
+    page = client.get(f"/sweeps/{code}/").content.decode()
+    assert "cluster.gpu = H100 SXM5 80GB (modified)," in page and "training.tokens = 1,000,000,000,000" in page
 
 
 def test_the_scenario_table_writes_gpu_counts_as_the_charts_do(client, seeded):
