@@ -47,7 +47,7 @@ def time_vs_gpus(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
         data.append({"type": "scatter", "mode": "lines+markers", "name": name, "x": gpus,
                      "y": [r["time_to_train_days"] for r in items], "marker": {"color": colour},
                      "text": [r.get("layout") or "" for r in items],
-                     "hovertemplate": "%{x:,} GPUs: %{y:,.3~r} days<br>%{text}<extra>" + name + "</extra>"})
+                     "hovertemplate": "%{x:,} GPUs: %{y:,.4~r} days<br>%{text}<extra>" + name + "</extra>"})
         n0, t0 = gpus[0], items[0]["time_to_train_days"]
         # Ideal (linear) scaling: time ∝ 1 / GPUs from the smallest cluster of the series.
         data.append({"type": "scatter", "mode": "lines", "name": f"ideal scaling ({name})", "x": gpus,
@@ -88,7 +88,7 @@ def cost_vs_time(rows: list[dict[str, Any]], goal: dict[str, Any] | None) -> Fig
                          "text": [", ".join(_labelled(r, a) for a in r["labels"]) for r in items],
                          "marker": {"color": colour, "size": 9},
                          # whole dollars or GPU-hours with their unit, as the table writes them ("4.333e+6" was)
-                         "hovertemplate": "%{text}<br>%{x:,.3~r} days, %{y:,.0f} " + unit + "<extra></extra>"})
+                         "hovertemplate": "%{text}<br>%{x:,.4~r} days, %{y:,.0f} " + unit + "<extra></extra>"})
     unpriced = sum(r.get("cost") is None for r in done)
     # Mixed: the chart cannot rank by cost, though the best (among priced scenarios) may be chosen by it.
     why = f" ({unpriced:,} of {len(done):,} scenarios have no GPU price)" if 0 < unpriced < len(done) else ""
@@ -125,12 +125,17 @@ def mfu_heatmap(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
     # GPU counts left to right from the fewest, as the time chart's axis runs, whatever order they were listed in
     ordered = sorted(rows, key=lambda r: r["values"][across]) if across == GPUS and all(
         isinstance(r["values"].get(across), (int, float)) for r in rows) else rows
-    columns = list(dict.fromkeys(plotly_text(r["labels"][across]) for r in ordered))
+    def column(r: dict[str, Any]) -> str:  # a GPU count as the table writes it: "1,024"
+        value = r["values"].get(across)
+        whole = across == GPUS and isinstance(value, int) and not isinstance(value, bool)
+        return f"{value:,}" if whole else plotly_text(r["labels"][across])
+
+    columns = list(dict.fromkeys(column(r) for r in ordered))
     lines = list(dict.fromkeys(_series_key(r, axes, across) for r in rows))
     z: list[list[float | None]] = [[None] * len(columns) for _ in lines]
     text = [[""] * len(columns) for _ in lines]
     for r in rows:
-        y, x = lines.index(_series_key(r, axes, across)), columns.index(plotly_text(r["labels"][across]))
+        y, x = lines.index(_series_key(r, axes, across)), columns.index(column(r))
         if r.get("mfu") is not None:
             z[y][x] = r["mfu"]
             text[y][x] = f"{r['mfu'] * 100:.1f}%"
@@ -147,8 +152,10 @@ def mfu_heatmap(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
     return {"data": [{"type": "heatmap", "z": z, "x": columns, "y": lines, "text": text, "texttemplate": "%{text}",
                       "colorscale": "Viridis", "zmin": 0, "zmax": top, "zauto": False,
                       "colorbar": {"title": {"text": "MFU"}, "tickformat": ".0%"},
-                      "hovertemplate": "%{y}<br>" + across + " %{x}: MFU %{text}<extra></extra>", "xgap": 2, "ygap": 2}],
-            "layout": _layout(title, height=160 + 36 * len(lines),
+                      "hovertemplate": "%{y}<br>" + ("%{x} GPUs" if across == GPUS else across + " %{x}")
+                                       + ": MFU %{text}<extra></extra>", "xgap": 2, "ygap": 2}],
+            # room for the colour bar's labels where there are few rows (one row squashed 0% to 40% together)
+            "layout": _layout(title, height=max(300, 160 + 36 * len(lines)),
                               xaxis={"title": {"text": across}, "type": "category"},
                               yaxis={"type": "category", "automargin": True})}
 

@@ -76,7 +76,7 @@ def test_gpu_hours_against_time_joins_the_pareto_front_and_marks_the_deadline():
 def test_the_mfu_heatmap_puts_gpu_counts_across_and_fabrics_down():
     fig = mfu_heatmap(ROWS, AXES)
     heat = fig["data"][0]
-    assert heat["x"] == ["256", "512", "1024"] and heat["y"] == ["IB", "RoCE"]
+    assert heat["x"] == ["256", "512", "1,024"] and heat["y"] == ["IB", "RoCE"]
     assert heat["z"] == [[0.5, 0.45, 0.41], [0.49, 0.44, None]]
     assert heat["text"][0][0] == "50.0%"
     # The scale runs from 0 to the best MFU, both ends fixed: Plotly ignores zmin alone and stretches the data's
@@ -88,7 +88,9 @@ def test_the_mfu_heatmap_puts_gpu_counts_across_and_fabrics_down():
 def test_the_heatmap_puts_gpu_counts_in_order_whatever_order_they_were_listed_in():
     fig = mfu_heatmap([row(1024, "IB", 12.0, 0.41), row(256, "IB", 40.0, 0.5), row(512, "IB", 22.0, 0.45)], AXES)
     heat = fig["data"][0]
-    assert heat["x"] == ["256", "512", "1024"] and heat["z"] == [[0.5, 0.45, 0.41]]
+    assert heat["x"] == ["256", "512", "1,024"] and heat["z"] == [[0.5, 0.45, 0.41]]  # counts as the table writes
+    assert heat["hovertemplate"] == "%{y}<br>%{x} GPUs: MFU %{text}<extra></extra>"  # not "cluster.num_gpus 1024"
+    assert fig["layout"]["height"] >= 300  # one row: room for the colour bar's labels
 
 
 def test_a_heatmap_over_precisions_says_each_mfu_is_against_its_own_peak():
