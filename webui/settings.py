@@ -96,6 +96,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+# A form whose token went stale (a login in another tab) gets a page saying what to do, not Django's bare 403.
+CSRF_FAILURE_VIEW = "webui.views.csrf_failure"
 
 ROOT_URLCONF = "webui.urls"
 WSGI_APPLICATION = "webui.wsgi.application"

@@ -191,6 +191,18 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     return render(request, "webui/400.html", {"heading": heading, "message": message}, status=status)
 
 
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """A form posted with a security token that no longer holds (settings.CSRF_FAILURE_VIEW): logging into the
+    admin in another tab renews it, and Django's own page said only "CSRF verification failed". PUT, PATCH and
+    DELETE on a page (no form sends them) get the same page."""
+    if request.method not in ("POST",):
+        message = f"{request.method[:20]} is not something a page here takes; forms post."
+        return render(request, "webui/400.html", {"heading": "Not allowed", "message": message}, status=403)
+    message = ("This form's security token is out of date: you logged in or out in another tab, or the page was "
+               "open for long. Go back and submit it again; what you typed is still in it.")
+    return render(request, "webui/400.html", {"heading": "Please submit again", "message": message}, status=403)
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
     if request.path.startswith("/api/"):
         return _errors({"server": ["internal error; the plan, if saved, is kept"]}, status=500)

@@ -345,3 +345,17 @@ def test_the_ranked_table_writes_each_column_in_one_unit(client, seeded, small_s
     table = page[page.index('id="ranked"'):page.index("</table>", page.index('id="ranked"'))]
     for row in services.plan_ranked_rows(plan=plan):
         assert f"<td>{row['step_time']}</td>" in table and f"<td>{row['time_to_train']}</td>" in table
+
+
+def test_a_form_posted_with_a_stale_security_token_says_to_submit_again(seeded):
+    # Logging into the admin in another tab renews the token: the open form's submit got Django's bare
+    # "403 Forbidden - CSRF verification failed".
+    from django.test import Client
+
+    strict = Client(enforce_csrf_checks=True)
+    response = strict.post("/sweeps/new/", {"model": "Llama 3 8B"})
+    page = response.content.decode()
+    assert response.status_code == 403 and "<h1>Please submit again</h1>" in page
+    assert "Go back and submit it again; what you typed is still in it." in page and "CSRF" not in page
+    response = strict.delete("/")
+    assert response.status_code == 403 and "<h1>Not allowed</h1>" in response.content.decode()
