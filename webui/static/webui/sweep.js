@@ -104,19 +104,31 @@
 
   // Compare takes 2 to 4 plans (compare.MIN_PLANS, MAX_PLANS): a fifth box cannot be ticked, and the button waits
   // for the second. Without this script the server says the same on its own page.
+  // The ticks are kept for the tab (sessionStorage): the page reloads itself once the last scenario is planned,
+  // and the scenarios ticked while it ran were lost with it.
   function limitCompare() {
     var form = document.getElementById("compare-form");
     if (!form) return;
     var boxes = Array.prototype.slice.call(form.querySelectorAll("input[name=plans]"));
     var button = document.getElementById("compare-selected");
+    var key = "compare-ticks:" + window.location.pathname;
     function update() {
-      var ticked = boxes.filter(function (b) { return b.checked; }).length;
-      boxes.forEach(function (b) { b.disabled = !b.checked && ticked >= 4; });
-      if (button) button.disabled = ticked < 2;
+      var ticked = boxes.filter(function (b) { return b.checked; });
+      boxes.forEach(function (b) { b.disabled = !b.checked && ticked.length >= 4; });
+      if (button) button.disabled = ticked.length < 2;
+      try {
+        sessionStorage.setItem(key, JSON.stringify(ticked.map(function (b) { return b.value; })));
+      } catch (e) { /* storage off: the ticks last as long as the page */ }
+    }
+    function restore() {
+      var kept = [];
+      try { kept = JSON.parse(sessionStorage.getItem(key) || "[]"); } catch (e) { kept = []; }
+      boxes.forEach(function (b) { if (kept.indexOf(b.value) >= 0) b.checked = true; });
+      update();
     }
     boxes.forEach(function (b) { b.addEventListener("change", update); });
-    window.addEventListener("pageshow", update);
-    update();
+    window.addEventListener("pageshow", restore);
+    restore();
   }
 
   limitCompare();
