@@ -29,7 +29,7 @@ from planner.spec import TOP, as_number, describe_value, look_alike_key, not_a_n
 from planner.launch import launch_configs
 
 from . import delivery, options
-from .models import CATALOG_MODELS, CatalogRow, Plan, SeededRow, section_errors
+from .models import CATALOG_MODELS, CatalogRow, NodeType, Plan, SeededRow, held_gpus, section_errors
 from .templatetags.planner_format import by_count
 
 logger = logging.getLogger(__name__)
@@ -174,6 +174,19 @@ def _messages(err: ValidationError) -> list[str]:
 SEED_LOCK = int.from_bytes(hashlib.sha256(b"catalog seed").digest()[:8], "big", signed=True)
 
 
+def _rehold(rows: list[Any], restored: set[str]) -> None:
+    """GPU types `restored` by a seed go back into the node types the shipped rows say hold them: deleting a GPU
+    type took it out of them (models._gpu_deleted), and `seed --restore` brought the GPU back alone."""
+    for row in rows:
+        fields = row.get("fields") if isinstance(row, dict) and row.get("model") == "webui.nodetype" else None
+        shipped = held_gpus((fields or {}).get("gpu_types"))
+        back = [name for name in shipped if name in restored]
+        node = NodeType.objects.filter(name=(fields or {}).get("name")).first() if back else None
+        if node is not None and (missing := [name for name in back if name not in node.held_gpus()]):
+            node.gpu_types = "\n".join(node.held_gpus() + missing)
+            node.save(update_fields=["gpu_types"])
+
+
 def catalog_seed(*, directory: Path | None = None, restore: bool = False) -> dict[str, int]:
     """Add the shipped catalog (fixtures/*.json) to the database, leaving rows someone edited alone.
 
@@ -202,6 +215,8 @@ def catalog_seed(*, directory: Path | None = None, restore: bool = False) -> dic
                           for name in model.objects.values_list("name", flat=True)}
         fresh = [row for row in rows if restore or key(row) not in removed]
         counts = catalog_import(rows=fresh, update_existing=False)
+        if restore:
+            _rehold(rows, {name for section, name in removed if section == "gpu"})
         SeededRow.objects.bulk_create([SeededRow(section=k[0], name=k[1]) for k in map(key, fresh)
                                        if k is not None and k not in seen], ignore_conflicts=True)
     return counts | {"withheld": len(rows) - len(fresh)}

@@ -224,6 +224,9 @@ def test_a_node_types_gpu_types_are_catalog_names_and_follow_a_renamed_gpu(seede
     node = NodeType.objects.get(name="HGX H800")
     assert node.held_gpus() == []
     node.full_clean()
+    # ... and `catalog seed --restore` puts it back there with the GPU (it brought the GPU back alone)
+    services.catalog_seed(restore=True)
+    assert NodeType.objects.get(name="HGX H800").held_gpus() == ["H800 SXM5 80GB"]
     # A database seeded before the column existed gets the shipped rows' GPU types (a migration), once.
     import importlib
     fill = importlib.import_module("webui.migrations.0018_shipped_node_gpu_types").fill
