@@ -47,6 +47,8 @@ NAME_KEYS = {"cluster.gpu": "gpu", "cluster.node": "node", "cluster.fabric": "fa
 # The CSV's columns after the axes: what the API gives each scenario (its node too, which no axis may name).
 ROW_FIELDS = ("plan", "status", "num_gpus", "gpu", "node", "fabric", "precision", "layout", "step_time_s",
               "tokens_per_s", "mfu", "time_to_train_days", "gpu_hours", "cost", "meets_goal", "goal_note", "url")
+# The CSV's last column: why a combination was left out (its rows come after the scenarios').
+LEFT_OUT_FIELD = "why_left_out"
 
 
 # The fields of a sweep request.
@@ -307,25 +309,25 @@ def sweep_csv(*, sweep: Sweep, rows: list[dict[str, Any]] | None = None, site: s
     an axis (a model, a GPU) is written as the page labels it, by its name ("H100 SXM5 80GB (modified)"), not as
     its JSON; the plan's page, at `url`, has the whole request. `site` ("http://host:8000") makes each plan's `url`
     a whole address, as the API gives it: a spreadsheet has no page to resolve "/plans/..." against. Then each
-    combination left out, with status "left out" and why in goal_note."""
+    combination left out, with status "left out" and why in the last column."""
     rows = sweep_rows(sweep=sweep) if rows is None else rows
     axes = sweep.axes
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow([*axes, *ROW_FIELDS])
+    writer.writerow([*axes, *ROW_FIELDS, LEFT_OUT_FIELD])
     for row in rows:
         row = {**row, "url": site + row["url"]} if row.get("url") else row
         values = [row["values"].get(a) for a in axes]
         cells = ([_cell(row["labels"][a] if isinstance(v, Mapping) else v) for a, v in zip(axes, values)]
-                 + [_cell(row.get(f)) for f in ROW_FIELDS])
+                 + [_cell(row.get(f)) for f in ROW_FIELDS] + [""])
         writer.writerow(cells)
-    # The combinations left out (leave_out_invalid), after the scenarios: status "left out", the reason in goal_note;
-    # the file had dropped them without a word.
+    # The combinations left out (leave_out_invalid), after the scenarios: status "left out", and why in a column
+    # of their own; the file had dropped them without a word.
     for combination in sweep.left_out:
         values = [combination["values"].get(a) for a in axes]
         cells = ([_cell(value_label(a, v) if isinstance(v, Mapping) else v) for a, v in zip(axes, values)]
-                 + [_cell({"status": "left out", "goal_note": "; ".join(combination["reasons"])}.get(f))
-                    for f in ROW_FIELDS])
+                 + [_cell("left out" if f == "status" else None) for f in ROW_FIELDS]
+                 + [_cell("; ".join(combination["reasons"]))])
         writer.writerow(cells)
     return out.getvalue()
 

@@ -176,8 +176,9 @@ def test_combinations_that_cannot_run_or_be_bought_are_left_out_where_asked_and_
     # The CSV lists them after the scenarios, with the reason (it had dropped them without a word)
     rows = list(csv.DictReader(io.StringIO(client.get(f"/sweeps/{sweep.code}/csv").content.decode())))
     assert [r["status"] for r in rows] == ["queued"] * 5 + ["left out"] * 13
-    assert rows[5]["cluster.gpu"] == "A100 SXM4 80GB" and rows[5]["goal_note"].startswith(
-        "training.precision: fp8 needs a GPU with FP8 tensor cores") and rows[5]["plan"] == ""
+    assert rows[5]["cluster.gpu"] == "A100 SXM4 80GB" and rows[5]["why_left_out"].startswith(
+        "training.precision: fp8 needs a GPU with FP8 tensor cores") and rows[5]["plan"] == rows[5]["goal_note"] == ""
+    assert rows[0]["why_left_out"] == ""
     many = post(client, {"base": body["base"], "leave_out_invalid": True, "vary": {
         "cluster.gpu": ["A100 SXM4 40GB", "A100 SXM4 80GB", "H100 SXM5 80GB", "H800 SXM5 80GB", "B200", "B300"],
         "cluster.node": ["DGX A100", "DGX H100", "HGX H800", "DGX B200", "HGX B300"]}}).json()
@@ -270,8 +271,8 @@ def test_a_finished_sweep_reports_time_cost_goal_and_the_cheapest_scenario(clien
 
     rows = list(csv.reader(io.StringIO(client.get(f"/sweeps/{code}/csv").content.decode())))
     assert rows[0][:4] == ["cluster.num_gpus", "cluster.gpu", "plan", "status"] and len(rows) == 7
-    assert rows[1][2] == data["scenarios"][0]["plan"] and rows[1][-3] in ("true", "false")
-    assert rows[0][-3:] == ["meets_goal", "goal_note", "url"]  # why a scenario misses the goal, as the page says
+    assert rows[1][2] == data["scenarios"][0]["plan"] and rows[1][-4] in ("true", "false")
+    assert rows[0][-4:] == ["meets_goal", "goal_note", "url", "why_left_out"]  # why one misses the goal, as the page
     # Every figure the API gives a scenario, the node and the plan's link included (they were missing).
     header = dict(zip(rows[0], rows[1]))
     assert header["node"] == data["scenarios"][0]["node"] == "DGX H100"
