@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .spec import fmt_number
+
 
 # (below this many seconds, unit, seconds in one) for durations
 DURATION_UNITS = ((1, "ms", 1e-3), (120, "s", 1), (7200, "min", 60), (172800, "h", 3600),
@@ -26,17 +28,26 @@ def duration(seconds: Any, digits: int = 3, zeros: bool = False) -> str:
     return "–"  # NaN
 
 
+def finite_number(value: Any) -> bool:
+    """A JSON number a page can write: an int or a float, not a bool, not NaN or infinite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def exact(value: Any) -> str:
+    """A number as it was given, not rounded (a deadline of 52.353 days read "52.4"), a whole one with thousands
+    separated ("1,000,000,000,000"); anything else as text."""
+    if not finite_number(value):
+        return str(value)
+    return f"{int(value):,}" if value == int(value) else fmt_number(value)
+
+
 def durations(values: list[Any], digits: int = 3, zeros: bool = False) -> list[str]:
     """Durations to be read side by side, all in one unit: the shortest's, or the next larger where the longest
     would need four digits or more in it ("139.2 s" beside "93.93 s", where each in its own unit read "2.320 min"
     beside "93.93 s"; "0.9840 s" above "1.017 s", not "984.0 ms"). Each in its own unit where no unit holds them
     all under a thousand, down to a tenth ("4.382 s" beside "1.200 ms"). "–" for a value that is not a
     number."""
-    def seconds(value: Any) -> float | None:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        return float(value) if ok else None
-
-    found = [seconds(v) for v in values]
+    found = [float(v) if finite_number(v) else None for v in values]
     known = [s for s in found if s is not None]
     if not known:
         return ["–" for _ in values]

@@ -6,13 +6,12 @@ capacity, which its spec gives).
 """
 from __future__ import annotations
 
-import math
 import re
 import uuid
 from typing import Any, Callable
 
 from planner.spec import SECTIONS
-from planner.units import durations, significant
+from planner.units import durations, finite_number, significant
 from planner.whatif.goal import outcome
 
 from .charts import (MEMORY_PARTS, TIME_LABELS, TIME_PARTS, Figure, fabric_label, legend_below, memory_breakdown,
@@ -95,7 +94,7 @@ def _cost(plan: Plan, best: dict[str, Any], price: Any) -> float | None:
     """USD, as the sweep's table has it (planner.whatif.goal.outcome, from the unrounded step time: the rounded
     GPU-hours times the price came out 20 USD apart), or None without a price or a layout."""
     batch, seq_len = _spec_at(plan, "training", "global_batch"), _spec_at(plan, "model", "seq_len")
-    if not all(_is_number(v) for v in (price, best.get("step_time_s"), batch, seq_len)):
+    if not all(finite_number(v) for v in (price, best.get("step_time_s"), batch, seq_len)):
         return None
     return outcome(step_time_s=best["step_time_s"], tokens_per_step=batch * seq_len,
                    num_gpus=_spec_at(plan, "cluster", "num_gpus"), tokens=_spec_at(plan, "training", "tokens"),
@@ -275,15 +274,11 @@ def _keys(bests: list[dict[str, Any]], by: str) -> list[str]:
 
 
 def _seconds(values: list[Any]) -> list[str]:
-    return [significant(v, 4) if _is_number(v) else _format(v) for v in values]
+    return [significant(v, 4) if finite_number(v) else _format(v) for v in values]
 
 
 def _gib(values: list[Any]) -> list[str]:
-    return [f"{v:,.1f}" if _is_number(v) else _format(v) for v in values]
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return [f"{v:,.1f}" if finite_number(v) else _format(v) for v in values]
 
 
 def _format(value: Any) -> str:

@@ -101,19 +101,18 @@ def plan_send(*, plan: Plan) -> bool:
     the outbox, and its page says it is waiting; after that, the rest of the request's sends (a worker's, for
     BROKER_BACKOFF_S) go to the outbox without trying (_Broker). No exception escapes: the plan is saved either
     way."""
-    if time.monotonic() < _Broker.down_until:
-        Plan.objects.filter(pk=plan.pk, dispatched_at=plan.dispatched_at).update(dispatched_at=None)
-        return False
-    try:
-        app.send_task(PLAN_RUN_TASK, args=(plan.pk,), soft_time_limit=plan.time_limit_s,
-                      time_limit=plan_hard_limit(plan=plan), queue=plan_queue(plan=plan))
-    except Exception as err:  # kombu's OperationalError, a socket error, a timeout: the broker is not there
-        _Broker.down_until = time.monotonic() + settings.BROKER_BACKOFF_S
-        logger.warning("plan %s: the broker refused the task (%s); it stays in the outbox, with the rest of this "
-                       "request's plans (a worker tries again in %g s)", plan.pk, err, settings.BROKER_BACKOFF_S)
-        Plan.objects.filter(pk=plan.pk, dispatched_at=plan.dispatched_at).update(dispatched_at=None)
-        return False
-    return True
+    if time.monotonic() >= _Broker.down_until:
+        try:
+            app.send_task(PLAN_RUN_TASK, args=(plan.pk,), soft_time_limit=plan.time_limit_s,
+                          time_limit=plan_hard_limit(plan=plan), queue=plan_queue(plan=plan))
+            return True
+        except Exception as err:  # kombu's OperationalError, a socket error, a timeout: the broker is not there
+            _Broker.down_until = time.monotonic() + settings.BROKER_BACKOFF_S
+            logger.warning("plan %s: the broker refused the task (%s); it stays in the outbox, with the rest of "
+                           "this request's plans (a worker tries again in %g s)", plan.pk, err,
+                           settings.BROKER_BACKOFF_S)
+    Plan.objects.filter(pk=plan.pk, dispatched_at=plan.dispatched_at).update(dispatched_at=None)
+    return False
 
 
 def plan_queue(*, plan: Plan) -> str:

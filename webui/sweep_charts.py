@@ -22,10 +22,15 @@ def _series_key(row: dict[str, Any], axes: list[str], skip: str) -> str:
     return ", ".join(parts) or "all scenarios"
 
 
-def _labelled(row: dict[str, Any], axis: str) -> str:
+def _gpu_count(row: dict[str, Any], axis: str) -> str | None:
+    """A scenario's GPU count as the table writes it ("1,024"), where `axis` is the GPU count; else None."""
     value = row.get("values", {}).get(axis)
-    if axis == GPUS and isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,} GPUs"  # as the table writes them ("num_gpus 1024" beside its 1,024)
+    return f"{value:,}" if axis == GPUS and isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _labelled(row: dict[str, Any], axis: str) -> str:
+    if (gpus := _gpu_count(row, axis)) is not None:
+        return f"{gpus} GPUs"  # not "num_gpus 1024" beside the table's 1,024
     label = plotly_text(row["labels"][axis])  # names come from requests: markup to Plotly
     return label if axis in CATALOG_PATHS else f"{axis.rsplit('.', 1)[-1]} {label}"
 
@@ -125,10 +130,8 @@ def mfu_heatmap(rows: list[dict[str, Any]], axes: list[str]) -> Figure | None:
     # GPU counts left to right from the fewest, as the time chart's axis runs, whatever order they were listed in
     ordered = sorted(rows, key=lambda r: r["values"][across]) if across == GPUS and all(
         isinstance(r["values"].get(across), (int, float)) for r in rows) else rows
-    def column(r: dict[str, Any]) -> str:  # a GPU count as the table writes it: "1,024"
-        value = r["values"].get(across)
-        whole = across == GPUS and isinstance(value, int) and not isinstance(value, bool)
-        return f"{value:,}" if whole else plotly_text(r["labels"][across])
+    def column(r: dict[str, Any]) -> str:
+        return _gpu_count(r, across) or plotly_text(r["labels"][across])
 
     columns = list(dict.fromkeys(column(r) for r in ordered))
     lines = list(dict.fromkeys(_series_key(r, axes, across) for r in rows))

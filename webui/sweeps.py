@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from planner import PlanSpec, SpecError
 from planner.spec import TOP, describe_value, fmt_number, unmodified_name
-from planner.units import duration
+from planner.units import duration, exact, finite_number
 from planner.whatif.goal import Goal, best, miss_advice, outcome, parse_goal, verdict
 from planner.whatif.sweep import LeftOut, Scenario, expand_leaving_out, key_name, scenario_doc, value_label
 
@@ -289,10 +289,8 @@ def sweep_fixed(*, sweep: Sweep, rows: list[dict[str, Any]]) -> list[tuple[str, 
             if path in sweep.axes or value in (None, "") or any(a.startswith(path + ".") for a in sweep.axes):
                 continue
             named = rows[0].get(NAME_KEYS[path]) if path in NAME_KEYS and rows else None
-            whole = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                     and value == int(value))
-            # a whole number as the page writes counts ("1,000,000,000,000", not "1000000000000")
-            fixed.append((path, f"{int(value):,}" if whole else value_label(path, value, named)))
+            # a number as the page writes it ("1,000,000,000,000", not "1000000000000")
+            fixed.append((path, exact(value) if finite_number(value) else value_label(path, value, named)))
     return fixed
 
 

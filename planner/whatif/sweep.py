@@ -96,13 +96,20 @@ def expand_leaving_out(base: Any, vary: Any, catalog: Mapping[str, Mapping[str, 
     if leave_out and (failed or odd):
         # Decided once, from the built scenarios alone, so that the answer does not hang on the axes' order.
         built = _runs(s for _, s in scenarios)
-        back = [(i, s) for i, s, _ in odd if not _all_run(s.values, built)]
-        out = [(i, LeftOut(s.values, reasons)) for i, s, reasons in odd if _all_run(s.values, built)]
-        scenarios = sorted(scenarios + back, key=lambda pair: pair[0])
+        for i, scenario, reasons in odd:
+            if _all_run(scenario.values, built):
+                out.append((i, LeftOut(scenario.values, reasons)))
+            else:
+                scenarios.append((i, scenario))  # pairs with nothing: the what-if asked for
+        scenarios.sort(key=lambda pair: pair[0])
         runs = _runs(s for _, s in scenarios)
-        out += [(i, LeftOut(values, [str(e) for e in err.errors])) for i, values, err in failed
-                if scenarios and _all_run(values, runs)]
-        failed = [f for f in failed if not (scenarios and _all_run(f[1], runs))]
+        refused = []
+        for i, values, err in failed:
+            if scenarios and _all_run(values, runs):
+                out.append((i, LeftOut(values, [str(e) for e in err.errors])))
+            else:
+                refused.append((i, values, err))
+        failed = refused
     left_out = [o for _, o in sorted(out, key=lambda pair: pair[0])]
     if failed:
         # A problem every scenario has, outside the axes' own fields, is the base's: said once, under its field.

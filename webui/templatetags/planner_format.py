@@ -2,19 +2,18 @@
 planner/units.py, which the command line uses too), and the page's own."""
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django import template
 
-from planner.spec import SECTIONS, fmt_number
-from planner.units import count, duration, number, step_time
+from planner.spec import SECTIONS
+from planner.units import count, duration, exact, number, step_time
 
 register = template.Library()
 
 
 # The engine's formats (planner/units.py), which the command line's table uses too.
-for _format in (duration, number, count, step_time):
+for _format in (duration, number, count, step_time, exact):
     register.filter(_format.__name__, _format)
 
 
@@ -77,14 +76,6 @@ def _in_field_order(doc: Any, path: str = "") -> Any:
 def whole(value: Any) -> str:
     """An exact whole number with thousands separators (a batch of 40,320, 131,072 tokens); other values as they are."""
     return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
-
-
-@register.filter
-def exact(value: Any) -> str:
-    """A number as it was given, not rounded (a deadline of 52.353 days read "52.4"), thousands separated."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return str(value)
-    return f"{int(value):,}" if value == int(value) else fmt_number(value)
 
 
 @register.filter
